@@ -1,0 +1,67 @@
+"""EngineArgs: every knob of the embedded engine, with its help, in one place.
+
+Names follow SGLang's ServerArgs where the knob exists there, so a command line written for
+`python -m sglang.launch_server` reads the same for `macaron engine`. To add a knob: add a
+field with a default and a `description`; the CLI flag and the configuration reference are
+generated from it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from macaron.ports import ENGINE_PORT
+
+
+class EngineArgs(BaseModel):
+    """Settings of one base-weight engine process (the embedded engine)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # --- server ---
+    host: str = Field("127.0.0.1", description="Address the engine's HTTP server binds to.")
+    port: int = Field(ENGINE_PORT, description="Port of the engine's HTTP server (SGLang's default).")
+    # --- model ---
+    model_path: str | None = Field(
+        None,
+        description="Local directory of a Hugging Face causal LM (Llama or Qwen2 family). "
+        "Empty: the project's tiny model, built on first use.",
+    )
+    served_model_name: str | None = Field(
+        None, description="Model name reported by /model_info and /v1/models (default: the directory name)."
+    )
+    context_length: int | None = Field(
+        None, description="Longest prompt plus output, in tokens (default: the model's max_position_embeddings)."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weight and activation dtype; auto keeps the checkpoint's dtype on CPU as float32."
+    )
+    device: str = Field("cpu", description="Torch device the engine runs on.")
+    random_seed: int = Field(0, description="Seed for requests that set no sampling_seed.")
+    # --- LoRA ---
+    lora_paths: list[str] = Field(
+        default_factory=list,
+        description="Adapters to load at start, as NAME=PATH (NAME may carry a version: code@v3=PATH). "
+        "Empty with no model_path: the tiny model's four adapters.",
+    )
+    max_loras_per_batch: int = Field(8, description="Most distinct adapters in one running batch (SGLang's knob).")
+    max_loaded_loras: int | None = Field(None, description="Most adapters held at once (default: unbounded).")
+    max_lora_rank: int | None = Field(None, description="Largest adapter rank accepted at run time (default: any).")
+    lora_target_modules: list[str] = Field(
+        default_factory=list, description="Projections adapters may target (default: whatever the adapters name)."
+    )
+    # --- scheduling and memory ---
+    max_running_requests: int = Field(16, description="Most requests decoding at once.")
+    max_queued_requests: int = Field(64, description="Most requests waiting; beyond this a request is refused (503).")
+    max_total_tokens: int = Field(65536, description="KV-cache budget in tokens over all requests and cached prefixes.")
+    kv_block_size: int = Field(16, description="Tokens per KV-cache block (prefix reuse works in whole blocks).")
+    chunked_prefill_size: int = Field(512, description="Most prompt tokens prefilled in one engine step.")
+    max_new_tokens_limit: int = Field(4096, description="Largest max_new_tokens a request may ask for.")
+    # --- API behaviour ---
+    incremental_streaming_output: bool = Field(
+        False, description="Stream only the new text in each chunk (SGLang's flag); default is cumulative text."
+    )
+    enable_metrics: bool = Field(True, description="Serve Prometheus metrics on /metrics.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")

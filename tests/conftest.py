@@ -1,0 +1,32 @@
+"""Fixtures shared by every test area: the Redis URL and the tiny model's files.
+
+Area-specific fixtures live in tests/<area>/conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis that scripts/test made sure answers (REDIS_URL), else the machine's default."""
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_timeout=1).ping()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        pytest.fail(f"no Redis answers at {url} ({exc}); run the tests through scripts/test, which starts one")
+    return url
+
+
+@pytest.fixture(scope="session")
+def macaron_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Cache directory for built assets: $MACARON_CACHE_DIR when set (reused across runs), else a temp dir."""
+    if os.environ.get("MACARON_CACHE_DIR"):
+        return Path(os.environ["MACARON_CACHE_DIR"])
+    return tmp_path_factory.mktemp("macaron-cache")
