@@ -9,6 +9,7 @@ from this object (`scripts/generate`) and a test fails when it is stale.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from pathlib import Path
 from typing import Any
@@ -41,22 +42,25 @@ class MacaronSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment beats YAML (passed as init kwargs by load_settings).
-        return (env_settings, init_settings)
+        # Flags (init kwargs) beat the environment, which beats the YAML file.
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+_yaml_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("macaron_yaml_data", default={})
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """The YAML file's mapping that load_settings read, as the lowest-priority source."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return _yaml_data.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_yaml_data.get())
 
 
 class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message says which and why."""
-
-
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None) -> MacaronSettings:
@@ -72,11 +76,11 @@ def load_settings(path: str | os.PathLike[str] | None = None, overrides: dict[st
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
-    settings = MacaronSettings(**data)
-    if overrides:
-        merged = _deep_merge(settings.model_dump(), overrides)
-        settings = MacaronSettings.model_validate(merged)
-    return settings
+    token = _yaml_data.set(data)
+    try:
+        return MacaronSettings(**(overrides or {}))
+    finally:
+        _yaml_data.reset(token)
 
 
 def _describe(model: type[BaseModel], prefix: str, lines: list[str]) -> None:
