@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "macaron.engine.cli",
     "macaron.router.cli",
     "macaron.config_cli",
+    "macaron.auth.cli",
 )
 
 

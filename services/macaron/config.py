@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from macaron.assets.settings import AssetSettings
+from macaron.auth.settings import AuthSettings
 from macaron.engine.args import EngineArgs
 
 
@@ -32,6 +33,8 @@ class MacaronSettings(BaseSettings):
     redis_url: str | None = Field(
         None, description="Redis for sessions, prefix affinity and limits; empty: an in-process store."
     )
+    store_timeout_s: float = Field(0.25, description="Deadline of every call to the shared store (Redis).")
+    auth: AuthSettings = Field(default_factory=AuthSettings, description="API keys and per-key limits.")
 
     @classmethod
     def settings_customise_sources(

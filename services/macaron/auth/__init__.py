@@ -1,0 +1,27 @@
+"""Authentication and per-key limits shared by the gateway and the router."""
+
+from macaron.auth.guard import (
+    AuthError,
+    Guard,
+    InsecureBindError,
+    Principal,
+    RateLimitedError,
+    is_loopback,
+    resolve_dev_mode,
+)
+from macaron.auth.keys import hash_api_key, new_api_key
+from macaron.auth.settings import ApiKeyEntry, AuthSettings
+
+__all__ = [
+    "ApiKeyEntry",
+    "AuthError",
+    "AuthSettings",
+    "Guard",
+    "InsecureBindError",
+    "Principal",
+    "RateLimitedError",
+    "hash_api_key",
+    "is_loopback",
+    "new_api_key",
+    "resolve_dev_mode",
+]

@@ -1,0 +1,60 @@
+"""The shared-state store: one small interface, two implementations (Redis, in-process).
+
+Routers keep sessions, prefix affinity, replica load and rate limits here so that any number
+of router replicas agree (Redis), while the embedded stack runs without Redis (in-process).
+Only the operations the router needs, each atomic, each with a TTL so abandoned state expires:
+both implementations pass the same contract tests (tests/store/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+
+class StoreUnavailableError(ConnectionError):
+    """The store did not answer within its deadline; callers degrade instead of failing."""
+
+
+@dataclass(frozen=True)
+class RateLimitResult:
+    """Outcome of one rate-limit check (sliding window over `window_s`)."""
+
+    allowed: bool
+    remaining: int
+    retry_after_s: float
+    """Seconds until a request would be allowed again (0 when allowed)."""
+
+
+class Store(Protocol):
+    """Async key-value operations with TTLs; every call raises StoreUnavailableError on failure."""
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None: ...
+
+    async def delete(self, *keys: str) -> None: ...
+
+    async def expire(self, key: str, ttl_s: float) -> None:
+        """Refreshes a key's TTL (sliding expiry); no-op when the key is gone."""
+        ...
+
+    async def hset(self, key: str, mapping: Mapping[str, bytes], ttl_s: float) -> None:
+        """Sets fields of a hash and (re)sets the hash's TTL."""
+        ...
+
+    async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
+        """Every field of each hash, in one round trip; {} for a missing key."""
+        ...
+
+    async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
+        """Adds to an integer field of a hash and (re)sets the TTL; returns the new value."""
+        ...
+
+    async def rate_limit(self, key: str, limit: int, window_s: float, cost: int = 1) -> RateLimitResult:
+        """Admits `cost` units if fewer than `limit` were admitted in the last `window_s` seconds."""
+        ...
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,106 @@
+"""In-process Store: the embedded stack's default when no REDIS_URL is set.
+
+Semantics match RedisStore (TTL expiry, sliding-window limits); single event loop, so every
+operation is atomic without locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Callable, Mapping, Sequence
+
+from macaron.store.base import RateLimitResult
+
+
+class MemoryStore:
+    """A dict with expiry times; expired keys are dropped lazily and on a size sweep."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, max_keys: int = 200_000) -> None:
+        self._clock = clock
+        self._max_keys = max_keys
+        self._values: dict[str, bytes | dict[str, bytes] | deque[tuple[float, int]]] = {}
+        self._expires: dict[str, float] = {}
+
+    def _live(self, key: str) -> object | None:
+        expires = self._expires.get(key)
+        if expires is not None and expires <= self._clock():
+            self._values.pop(key, None)
+            self._expires.pop(key, None)
+            return None
+        return self._values.get(key)
+
+    def _put(self, key: str, value: object, ttl_s: float) -> None:
+        if key not in self._values and len(self._values) >= self._max_keys:
+            self._sweep()
+        self._values[key] = value  # type: ignore[assignment]
+        self._expires[key] = self._clock() + ttl_s
+
+    def _sweep(self) -> None:
+        now = self._clock()
+        for key in [k for k, t in self._expires.items() if t <= now]:
+            self._values.pop(key, None)
+            self._expires.pop(key, None)
+        while len(self._values) >= self._max_keys:  # still full: drop the soonest to expire
+            key = min(self._expires, key=self._expires.__getitem__)
+            self._values.pop(key, None)
+            self._expires.pop(key, None)
+
+    async def get(self, key: str) -> bytes | None:
+        value = self._live(key)
+        return value if isinstance(value, bytes) else None
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        self._put(key, bytes(value), ttl_s)
+
+    async def delete(self, *keys: str) -> None:
+        for key in keys:
+            self._values.pop(key, None)
+            self._expires.pop(key, None)
+
+    async def expire(self, key: str, ttl_s: float) -> None:
+        if self._live(key) is not None:
+            self._expires[key] = self._clock() + ttl_s
+
+    async def hset(self, key: str, mapping: Mapping[str, bytes], ttl_s: float) -> None:
+        current = self._live(key)
+        fields = dict(current) if isinstance(current, dict) else {}
+        fields.update({k: bytes(v) for k, v in mapping.items()})
+        self._put(key, fields, ttl_s)
+
+    async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
+        out = []
+        for key in keys:
+            value = self._live(key)
+            out.append(dict(value) if isinstance(value, dict) else {})
+        return out
+
+    async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
+        current = self._live(key)
+        fields = dict(current) if isinstance(current, dict) else {}
+        new = int(fields.get(field, b"0")) + amount
+        fields[field] = str(new).encode()
+        self._put(key, fields, ttl_s)
+        return new
+
+    async def rate_limit(self, key: str, limit: int, window_s: float, cost: int = 1) -> RateLimitResult:
+        now = self._clock()
+        current = self._live(key)
+        events: deque[tuple[float, int]] = current if isinstance(current, deque) else deque()
+        while events and events[0][0] <= now - window_s:
+            events.popleft()
+        used = sum(c for _, c in events)
+        if used + cost > limit:
+            retry = (events[0][0] + window_s - now) if events else window_s
+            self._put(key, events, window_s)
+            return RateLimitResult(False, max(0, limit - used), max(retry, 0.001))
+        events.append((now, cost))
+        self._put(key, events, window_s)
+        return RateLimitResult(True, limit - used - cost, 0.0)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        self._values.clear()
+        self._expires.clear()

@@ -1,0 +1,131 @@
+"""Redis-backed Store: shared by every router and gateway replica.
+
+Every call has a short deadline (socket timeouts plus an overall asyncio timeout), so a slow
+or dead Redis turns into StoreUnavailableError within milliseconds and callers degrade. The
+sliding-window limiter runs as one Lua script using Redis' own clock, so replicas whose clocks
+disagree still share one limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Awaitable, Mapping, Sequence, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from macaron.store.base import RateLimitResult, StoreUnavailableError
+
+T = TypeVar("T")
+
+_RATE_LIMIT_LUA = """
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local id = ARGV[4]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window_ms)
+local used = redis.call('ZCARD', key)
+if used + cost > limit then
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local retry = window_ms
+  if oldest[2] then retry = tonumber(oldest[2]) + window_ms - now end
+  return {0, limit - used, retry}
+end
+for i = 1, cost do
+  redis.call('ZADD', key, now, id .. ':' .. i)
+end
+redis.call('PEXPIRE', key, window_ms)
+return {1, limit - used - cost, 0}
+"""
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class RedisStore:
+    """Store on a Redis server; `timeout_s` bounds every operation."""
+
+    def __init__(self, url: str, timeout_s: float = 0.25, key_prefix: str = "macaron:") -> None:
+        self._prefix = key_prefix
+        self._timeout_s = timeout_s
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+        self._rate_limit_script = self._redis.register_script(_RATE_LIMIT_LUA)
+
+    def _k(self, key: str) -> str:
+        return self._prefix + key
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(awaitable, self._timeout_s)
+        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+            raise StoreUnavailableError(f"Redis did not answer: {exc.__class__.__name__}: {exc}") from exc
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._call(self._redis.get(self._k(key)))
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self._call(self._redis.set(self._k(key), value, px=_ms(ttl_s)))
+
+    async def delete(self, *keys: str) -> None:
+        if keys:
+            await self._call(self._redis.delete(*(self._k(k) for k in keys)))
+
+    async def expire(self, key: str, ttl_s: float) -> None:
+        await self._call(self._redis.pexpire(self._k(key), _ms(ttl_s)))
+
+    async def hset(self, key: str, mapping: Mapping[str, bytes], ttl_s: float) -> None:
+        async def run() -> Any:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hset(self._k(key), mapping=dict(mapping))
+            pipe.pexpire(self._k(key), _ms(ttl_s))
+            return await pipe.execute()
+
+        await self._call(run())
+
+    async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
+        if not keys:
+            return []
+
+        async def run() -> list[dict[bytes, bytes]]:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(self._k(key))
+            return await pipe.execute()
+
+        results = await self._call(run())
+        return [{k.decode(): v for k, v in r.items()} for r in results]
+
+    async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
+        async def run() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hincrby(self._k(key), field, amount)
+            pipe.pexpire(self._k(key), _ms(ttl_s))
+            return await pipe.execute()
+
+        return int((await self._call(run()))[0])
+
+    async def rate_limit(self, key: str, limit: int, window_s: float, cost: int = 1) -> RateLimitResult:
+        allowed, remaining, retry_ms = await self._call(
+            self._rate_limit_script(keys=[self._k(key)], args=[limit, _ms(window_s), cost, uuid.uuid4().hex])
+        )
+        return RateLimitResult(bool(allowed), max(0, int(remaining)), max(0.0, int(retry_ms) / 1000.0))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._call(self._redis.ping()))
+        except StoreUnavailableError:
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()

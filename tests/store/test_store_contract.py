@@ -1,0 +1,93 @@
+"""One contract, two stores: the in-process store behaves as the Redis store does."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import AsyncIterator
+
+import pytest
+
+from macaron.store import MemoryStore, RedisStore, Store, StoreUnavailableError
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    if request.param == "memory":
+        s: Store = MemoryStore()
+    else:
+        url = request.getfixturevalue("redis_url")
+        s = RedisStore(url, key_prefix=f"test:{uuid.uuid4().hex}:")
+    yield s
+    await s.close()
+
+
+async def test_get_set_delete_and_ttl(store: Store) -> None:
+    assert await store.get("a") is None
+    await store.set("a", b"1", ttl_s=0.2)
+    assert await store.get("a") == b"1"
+    await store.delete("a")
+    assert await store.get("a") is None
+    await store.set("b", b"2", ttl_s=0.15)
+    await asyncio.sleep(0.25)
+    assert await store.get("b") is None
+
+
+async def test_expire_slides_the_ttl(store: Store) -> None:
+    await store.set("s", b"x", ttl_s=0.3)
+    await asyncio.sleep(0.2)
+    await store.expire("s", 0.3)
+    await asyncio.sleep(0.2)
+    assert await store.get("s") == b"x"
+    await store.expire("missing", 1.0)
+    assert await store.get("missing") is None
+
+
+async def test_hashes_merge_and_read_in_one_call(store: Store) -> None:
+    await store.hset("h1", {"r1": b"10"}, ttl_s=5)
+    await store.hset("h1", {"r2": b"20"}, ttl_s=5)
+    await store.hset("h2", {"r3": b"30"}, ttl_s=5)
+    got = await store.hgetall_many(["h1", "nope", "h2"])
+    assert got == [{"r1": b"10", "r2": b"20"}, {}, {"r3": b"30"}]
+    assert await store.hgetall_many([]) == []
+
+
+async def test_hincrby_counts_and_expires(store: Store) -> None:
+    assert await store.hincrby("load", "replica-a", 1, ttl_s=5) == 1
+    assert await store.hincrby("load", "replica-a", 2, ttl_s=5) == 3
+    assert await store.hincrby("load", "replica-a", -3, ttl_s=5) == 0
+    assert (await store.hgetall_many(["load"]))[0]["replica-a"] == b"0"
+    await store.hincrby("short", "x", 1, ttl_s=0.1)
+    await asyncio.sleep(0.2)
+    assert await store.hgetall_many(["short"]) == [{}]
+
+
+async def test_rate_limit_sliding_window(store: Store) -> None:
+    results = [await store.rate_limit("key", limit=3, window_s=0.5) for _ in range(4)]
+    assert [r.allowed for r in results] == [True, True, True, False]
+    assert results[0].remaining == 2 and results[2].remaining == 0
+    assert 0 < results[3].retry_after_s <= 0.5
+    await asyncio.sleep(0.55)
+    assert (await store.rate_limit("key", limit=3, window_s=0.5)).allowed
+    big = await store.rate_limit("cost", limit=3, window_s=1, cost=4)
+    assert not big.allowed
+
+
+async def test_ping(store: Store) -> None:
+    assert await store.ping()
+
+
+async def test_dead_redis_fails_fast_with_a_clear_error() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(StoreUnavailableError, match="Redis did not answer"):
+        await store.get("x")
+    assert not await store.ping()
+    assert loop.time() - start < 2.0
+    await store.close()
