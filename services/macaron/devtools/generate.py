@@ -31,6 +31,9 @@ def generators() -> dict[str, Generator]:
         pass
     else:
         found["protos"] = generate_protos
+    from macaron.devtools.k8s_manifests import render_k8s_manifests
+
+    found["k8s-manifests"] = render_k8s_manifests
     return found
 
 
