@@ -4,15 +4,17 @@
 #
 #   docker build -t REGISTRY/macaron-serve:0.1.0 .
 #
-# The CPU build of torch comes from PyTorch's CPU wheel index (PyPI's Linux wheels are the
-# multi-GB CUDA build); constraints.txt then keeps every later install on that torch.
+# torch is pinned to 2.13.0; to get its small CPU-only build, pass the index that serves it:
+#   docker build --build-arg TORCH_INDEX_URL=<CPU wheel index> ...
+# (without it pip resolves the default build). constraints.txt then keeps every later
+# install on that torch.
 # The tiny model and its four adapters are built into the image
 # (`macaron assets build`), so the CPU dev stack needs no volume.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_INDEX_URL=
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -20,7 +22,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY constraints.txt ./
-RUN pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0
+RUN pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} torch==2.13.0
 COPY pyproject.toml README.md ./
 COPY protos protos
 COPY services services
