@@ -1,0 +1,219 @@
+"""One request through a specialist: render, check, pick a replica, stream from the engine, post-process.
+
+Yields domain events (`RouteInfo` first, then `TextDelta` / `ToolCalls`, then `Done`) and raises
+domain errors (`errors.py`); it knows nothing of gRPC. Cancelling the consumer closes the engine
+stream, and the engine client then aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any, AsyncIterator
+
+from macaron.engine_client import (
+    AsyncEngineClient,
+    EngineBadRequestError,
+    EngineClientError,
+    EngineOverloadedError,
+    EngineTimeoutError,
+    EngineUnavailableError,
+    StreamChunk,
+)
+from macaron.prompting import ChatRequest, render
+from macaron.specialist.errors import (
+    BadRequestError,
+    DeadlineExceededError,
+    OverloadedError,
+    UnavailableError,
+)
+from macaron.specialist.events import Done, Event, RouteInfo, TextDelta, ToolCalls, Usage
+from macaron.specialist.finish import from_sglang
+from macaron.specialist.postprocess import finish_output
+from macaron.specialist.profiles import OutputPlan, Profile, plan_output
+from macaron.specialist.replicas import ReplicaPicker
+from macaron.specialist.sampling import SamplingRequest, resolve_sampling
+from macaron.specialist.settings import SpecialistsSettings
+
+log = logging.getLogger(__name__)
+
+CONTEXT_PROBE_TIMEOUT_S = 3.0
+
+
+
+
+class EnginePool:
+    """One engine client per replica URL, created on first use."""
+
+    def __init__(self, max_retries: int = 2) -> None:
+        self._clients: dict[str, AsyncEngineClient] = {}
+        self._max_retries = max_retries
+
+    def client(self, url: str) -> AsyncEngineClient:
+        if url not in self._clients:
+            self._clients[url] = AsyncEngineClient(url, max_retries=self._max_retries)
+        return self._clients[url]
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+
+class Pipeline:
+    """Serves one profile: the whole request path below the servicer."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        settings: SpecialistsSettings,
+        tokenizer: Any,
+        picker: ReplicaPicker,
+        engines: EnginePool | None = None,
+    ) -> None:
+        self.profile = profile
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.picker = picker
+        self.engines = engines or EnginePool()
+        self.active = 0
+        self._context_length: int | None = profile.settings.context_length
+
+    async def context_length(self) -> int:
+        """The profile's limit, else the engine's (/v1/models max_model_len), else the tokenizer's."""
+        if self._context_length is not None:
+            return self._context_length
+        try:
+            url = await self.picker.pick()
+            cards = await self.engines.client(url).list_models(timeout=CONTEXT_PROBE_TIMEOUT_S)
+            lengths = [c.max_model_len for c in cards if c.parent is None and c.max_model_len]
+            if lengths:
+                self._context_length = int(lengths[0])
+                return self._context_length
+        except (EngineClientError, UnavailableError) as exc:
+            log.info("engine context length unknown (%s); using the tokenizer's", exc)
+        fallback = int(getattr(self.tokenizer, "model_max_length", 0) or 0)
+        if 0 < fallback < 10**8:
+            return fallback
+        raise UnavailableError("the context length is unknown: the engine does not answer and no limit is configured")
+
+    def prompt_ids(self, request: ChatRequest) -> list[int]:
+        """The rendered prompt's token ids (no special tokens added: the template has them)."""
+        text = render(request, self.profile, self.tokenizer)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    async def run(
+        self,
+        request: ChatRequest,
+        sampling: SamplingRequest,
+        *,
+        request_id: str,
+        replica_hint: str | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[Event]:
+        """The events of one generation; raises a SpecialistError subclass on failure."""
+        if self.active >= self.settings.max_concurrent_streams:
+            raise OverloadedError(
+                f"specialist {self.profile.name} is serving its maximum of {self.settings.max_concurrent_streams} streams",
+                retry_after_s=self.settings.retry_after_ms / 1000,
+            )
+        self.active += 1
+        try:
+            async for event in self._run(request, sampling, request_id, replica_hint, timeout_s):
+                yield event
+        finally:
+            self.active -= 1
+
+    async def _run(
+        self,
+        request: ChatRequest,
+        sampling: SamplingRequest,
+        request_id: str,
+        replica_hint: str | None,
+        timeout_s: float | None,
+    ) -> AsyncIterator[Event]:
+        plan = plan_output(request, self.profile)
+        ids = await asyncio.to_thread(self.prompt_ids, request)  # long prompts: keep the loop free
+        params = resolve_sampling(
+            sampling, self.profile.settings, prompt_tokens=len(ids), context_length=await self.context_length()
+        )
+        if plan.schema is not None:
+            params["json_schema"] = plan.json_schema
+        timeout = min(timeout_s, self.settings.default_timeout_s) if timeout_s else self.settings.default_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout
+        tried: set[str] = set()
+        while True:
+            url = await self.picker.pick(replica_hint, exclude=frozenset(tried))
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise DeadlineExceededError("the deadline passed before the engine answered")
+            stream = self.engines.client(url).generate_stream(
+                input_ids=ids,
+                sampling_params=params,
+                lora_path=self.profile.lora_path,
+                rid=f"{request_id}-{uuid.uuid4().hex[:8]}",
+                timeout=remaining,
+            )
+            started = False
+            try:
+                with self.picker.track(url):
+                    async for event in self._consume(stream, url, request, plan, params):
+                        started = True
+                        yield event
+                return
+            except EngineUnavailableError as exc:
+                if started or not exc.retryable:
+                    raise UnavailableError(f"engine replica {url} failed: {exc.message}") from exc
+                self.picker.mark_down(url)
+                tried.add(url)
+                log.warning("engine replica %s unreachable (%s); trying another", url, exc.message)
+                if replica_hint:
+                    replica_hint = None  # the hinted replica is down: fall back to the least loaded
+            except EngineBadRequestError as exc:
+                raise BadRequestError(f"the engine refused the request: {exc.message}") from exc
+            except EngineOverloadedError as exc:
+                raise OverloadedError(
+                    f"the engine is overloaded: {exc.message}", retry_after_s=self.settings.retry_after_ms / 1000
+                ) from exc
+            except EngineTimeoutError as exc:
+                raise DeadlineExceededError(f"the engine did not finish before the deadline: {exc.message}") from exc
+            except EngineClientError as exc:
+                raise UnavailableError(f"engine replica {url} failed: {exc.message}") from exc
+            finally:
+                await stream.aclose()
+
+    async def _consume(
+        self, stream: AsyncIterator[StreamChunk], url: str, request: ChatRequest, plan: OutputPlan, params: dict[str, Any]
+    ) -> AsyncIterator[Event]:
+        parser = self.profile.parser
+        text, emitted, last = "", 0, None
+        async for chunk in stream:
+            if last is None:  # the replica answered: announce the route (a failed attempt never is)
+                s = self.profile.settings
+                yield RouteInfo(adapter=s.adapter, adapter_version=s.adapter_version or "", replica=url)
+            text, last = chunk.text, chunk
+            if plan.mode in ("text", "json") and chunk.delta:
+                yield TextDelta(chunk.delta)
+            elif plan.mode == "tools" and parser is not None:
+                safe = parser.content_prefix_length(text)
+                if safe > emitted:
+                    yield TextDelta(text[emitted:safe])
+                    emitted = safe
+            if chunk.finished:
+                break
+        if last is None or last.finish_reason is None:
+            raise UnavailableError("the engine stream ended before the request finished")
+        meta = last.meta_info
+        usage = Usage(meta.prompt_tokens, meta.completion_tokens, meta.cached_tokens)
+        finish = from_sglang(last.finish_reason.model_dump(exclude_none=True))
+        if finish.reason == "abort":
+            if plan.mode in ("forced_tool", "ui"):
+                raise UnavailableError(f"the engine aborted the request: {finish.message or 'no reason given'}")
+            yield Done(finish, usage)
+            return
+        events = finish_output(text, emitted, finish, request, plan, self.profile, params["max_new_tokens"])
+        for event in events:
+            yield event
+        calls = any(isinstance(e, ToolCalls) for e in events)
+        yield Done(from_sglang(last.finish_reason.model_dump(exclude_none=True), tool_calls=calls), usage)

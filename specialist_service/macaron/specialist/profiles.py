@@ -1,0 +1,89 @@
+"""A profile at run time: its settings, its tool-call parser, and what its output is constrained to.
+
+`Profile` satisfies `macaron.prompting.PromptProfile`, so the router renders exactly the text a
+specialist does by loading the same profile (`load_profile(settings.specialists, name)`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from macaron.prompting import ChatRequest
+from macaron.specialist.errors import BadRequestError
+from macaron.specialist.settings import ProfileSettings, SpecialistsSettings
+from macaron.specialist.tool_parsers import ToolCallParser, get_parser
+from macaron.specialist.ui_schema import ui_schema
+
+OutputMode = Literal["text", "tools", "forced_tool", "json", "ui"]
+"""text: streamed as is; tools: streamed, tool calls parsed at the end; forced_tool: one
+constrained call; json: constrained JSON, validated at the end; ui: constrained UI, validated
+before anything is sent."""
+
+JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One specialist's behaviour."""
+
+    name: str
+    settings: ProfileSettings
+    parser: ToolCallParser | None
+
+    @property
+    def system_prompt(self) -> str:
+        return self.settings.system_prompt
+
+    @property
+    def tool_call_prefix(self) -> str:
+        return self.parser.call_prefix if self.parser else ""
+
+    @property
+    def lora_path(self) -> str:
+        """The engine's lora_path: NAME or NAME@VERSION."""
+        s = self.settings
+        return f"{s.adapter}@{s.adapter_version}" if s.adapter_version else s.adapter
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """How one request's output is constrained and post-processed."""
+
+    mode: OutputMode
+    schema: dict[str, Any] | None = None
+
+    @property
+    def json_schema(self) -> str | None:
+        """The engine's json_schema parameter."""
+        return None if self.schema is None else json.dumps(self.schema)
+
+
+def load_profile(settings: SpecialistsSettings, name: str) -> Profile:
+    """The run-time profile `name` (KeyError for unknown names or parsers)."""
+    profile = settings.profile(name)
+    parser = get_parser(profile.tool_call_parser) if profile.tool_call_parser else None
+    return Profile(name=name, settings=profile, parser=parser)
+
+
+def plan_output(request: ChatRequest, profile: Profile) -> OutputPlan:
+    """The output plan: forced tool call > response_format > the profile's default schema > text."""
+    if request.tools and profile.parser is None:
+        raise BadRequestError(f"specialist {profile.name} does not take tools; send them to the agent specialist")
+    if request.tool_choice.forces_call:
+        assert profile.parser is not None
+        tools = request.tools
+        if request.tool_choice.function_name:
+            tools = tuple(t for t in tools if t.name == request.tool_choice.function_name)
+        return OutputPlan("forced_tool", profile.parser.forced_call_schema(tools))
+    fmt = request.response_format
+    if fmt.type == "json_schema":
+        return OutputPlan("json", fmt.schema)
+    if fmt.type == "json_object":
+        return OutputPlan("json", JSON_OBJECT_SCHEMA)
+    if not request.response_format_given and profile.settings.output_schema == "ui":
+        return OutputPlan("ui", ui_schema())
+    if request.tools and request.tool_choice.mode != "none":
+        return OutputPlan("tools")
+    return OutputPlan("text")

@@ -1,0 +1,112 @@
+"""gRPC servers for specialist profiles: wiring only (servicer, health, reflection, drain).
+
+`serve(settings, names)` runs one server per named profile in this process (the embedded
+stack hosts all four, each on its own port) until SIGTERM or SIGINT, then drains: health
+turns NOT_SERVING, new calls are refused, in-flight streams get `grace_period_s` to finish,
+and the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from macaron.config import MacaronSettings
+from macaron.discovery import build_source
+from macaron.specialist.generation import EnginePool, Pipeline
+from macaron.specialist.profiles import load_profile
+from macaron.specialist.replicas import ReplicaPicker
+from macaron.specialist.servicer import SpecialistServicer
+from macaron.v1 import specialist_pb2, specialist_pb2_grpc
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = specialist_pb2.DESCRIPTOR.services_by_name["Specialist"].full_name
+
+
+def tokenizer_dir(settings: MacaronSettings) -> Path:
+    """specialists.tokenizer_path, else engine.model_path, else the tiny model's directory."""
+    path = settings.specialists.tokenizer_path or settings.engine.model_path
+    if path:
+        return Path(path)
+    from macaron.assets import ensure_tiny_model
+
+    return ensure_tiny_model(settings.assets.cache_dir, progress=False).model_dir
+
+
+def load_tokenizer(settings: MacaronSettings) -> Any:
+    """The tokenizer (with its chat template) prompts are rendered and counted with."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir(settings)))
+
+
+def build_pipelines(settings: MacaronSettings, names: list[str], tokenizer: Any | None = None) -> dict[str, Pipeline]:
+    """One pipeline per profile, sharing the tokenizer, the replica picker and the engine clients."""
+    spec = settings.specialists
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)
+    default_url = f"http://{settings.engine.host}:{settings.engine.port}"
+    picker = ReplicaPicker(build_source(spec.discovery, default_url))
+    engines = EnginePool()
+    return {name: Pipeline(load_profile(spec, name), spec, tokenizer, picker, engines) for name in names}
+
+
+class SpecialistServer:
+    """One profile's grpc.aio server with health and reflection."""
+
+    def __init__(self, pipeline: Pipeline, host: str, port: int) -> None:
+        self.pipeline = pipeline
+        self.host = host
+        self.port = port
+        self.server = grpc.aio.server()
+        self.health = health_aio.HealthServicer()
+        specialist_pb2_grpc.add_SpecialistServicer_to_server(SpecialistServicer(pipeline), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.server,
+        )
+
+    async def start(self) -> int:
+        """Binds and starts; returns the bound port (useful with port 0)."""
+        self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        await self.server.start()
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        log.info("specialist %s serving on %s:%d", self.pipeline.profile.name, self.host, self.port)
+        return self.port
+
+    async def drain(self, grace_s: float) -> None:
+        """NOT_SERVING, refuse new calls, let in-flight streams finish for up to `grace_s`, then stop."""
+        await self.health.enter_graceful_shutdown()
+        log.info("specialist %s draining (%d in flight, grace %.1f s)", self.pipeline.profile.name, self.pipeline.active, grace_s)
+        await self.server.stop(grace_s)
+
+
+async def serve(settings: MacaronSettings, names: list[str], ports: dict[str, int] | None = None) -> None:
+    """Serves `names` until SIGTERM/SIGINT, then drains every server together."""
+    pipelines = build_pipelines(settings, names)
+    spec = settings.specialists
+    servers = [
+        SpecialistServer(p, spec.host, (ports or {}).get(name, p.profile.settings.port)) for name, p in pipelines.items()
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for server in servers:
+            await server.start()
+        await stop.wait()
+        log.info("stop signal: draining %d specialist server(s)", len(servers))
+        await asyncio.gather(*(s.drain(spec.grace_period_s) for s in servers))
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await next(iter(pipelines.values())).engines.aclose()

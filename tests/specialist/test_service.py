@@ -1,0 +1,223 @@
+"""The four specialists over real gRPC on loopback, backed by a real embedded engine over HTTP."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import httpx
+import jsonschema
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from macaron.specialist.ui_schema import ui_schema
+from macaron.v1 import common_pb2 as pb
+from macaron.v1 import specialist_pb2
+
+from .helpers import SPECIALIST_NAMES, TOOL_SCHEMAS, error_of, generate, request, tools, user
+from .processes import health_status
+
+GREEDY = pb.SamplingParams(temperature=0.0, max_new_tokens=16)
+TEXT = pb.ResponseFormat(type=pb.RESPONSE_FORMAT_TYPE_TEXT)
+
+
+def test_each_specialist_streams_with_its_own_adapter(stubs, engine_url) -> None:
+    outputs = {}
+    for name in SPECIALIST_NAMES:
+        result = generate(stubs[name], request("Tell me about the weather.", sampling=GREEDY, response_format=TEXT))
+        assert len([c for c in result.chunks if c.text]) > 1, "tokens are streamed, not sent in one chunk"
+        assert result.route.adapter == name and result.route.replica == engine_url
+        assert result.route.reason == pb.ROUTE_REASON_DIRECT
+        assert result.finish.reason == pb.FINISH_REASON_LENGTH and result.finish.length == 16
+        assert result.chunks[-1].usage.completion_tokens == 16 and result.chunks[-1].usage.prompt_tokens > 0
+        outputs[name] = result.text
+    # Same system prompt, same request, greedy: only the adapter differs.
+    assert len(set(outputs.values())) == 4, outputs
+
+
+def test_info_health_and_reflection(stubs, specialist_ports, engine_url) -> None:
+    info = stubs["ui"].Info(specialist_pb2.InfoRequest(), timeout=10)
+    assert (info.name, info.adapter, info.specialist) == ("ui", "ui", pb.SPECIALIST_KIND_UI)
+    assert list(info.engine_replicas) == [engine_url] and info.context_length == 2048
+    assert json.loads(info.output_schema_json) == ui_schema()
+    assert health_status(specialist_ports["chat"]) == health_pb2.HealthCheckResponse.SERVING
+    with grpc.insecure_channel(f"127.0.0.1:{specialist_ports['chat']}") as channel:
+        answers = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        names = {s.name for a in answers for s in a.list_services_response.service}
+    assert {"macaron.v1.Specialist", "grpc.health.v1.Health"} <= names
+
+
+def test_ui_output_always_validates(stubs) -> None:
+    validator = jsonschema.Draft202012Validator(ui_schema())
+    topics = ["a login form", "a weather card", "a todo list", "a settings page", "a checkout", "a music player",
+              "a signup wizard", "a search bar", "a photo gallery", "a chat window"]
+
+    def one(i: int) -> str:
+        req = request(f"Design {topics[i % len(topics)]} number {i}.", sampling=pb.SamplingParams(seed=i, temperature=1.0))
+        result = generate(stubs["ui"], req, timeout=120)
+        assert result.finish.reason == pb.FINISH_REASON_STOP
+        return result.text
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        texts = list(pool.map(one, range(50)))
+    for text in texts:
+        validator.validate(json.loads(text))
+    assert len(set(texts)) > 1
+
+
+def test_agent_required_tool_choice_gives_valid_calls(stubs) -> None:
+    def one(i: int) -> pb.ToolCallDelta:
+        req = request(f"Task {i}: check the forecast or write to Bob.", tools=tools(),
+                      tool_choice=pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_REQUIRED), sampling=pb.SamplingParams(seed=i))
+        result = generate(stubs["agent"], req)
+        assert result.finish.reason == pb.FINISH_REASON_TOOL_CALLS and len(result.calls) == 1
+        return result.calls[0]
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        calls = list(pool.map(one, range(12)))
+    for call in calls:
+        assert call.id.startswith("call_") and call.type == "function"
+        jsonschema.validate(json.loads(call.arguments), TOOL_SCHEMAS[call.name])
+
+
+@pytest.mark.parametrize("function", ["get_weather", "send_email"])
+def test_agent_named_function_is_called(stubs, function: str) -> None:
+    for seed in range(3):
+        req = request("Please help.", tools=tools(), tool_choice=pb.ToolChoice(function_name=function),
+                      sampling=pb.SamplingParams(seed=seed))
+        result = generate(stubs["agent"], req)
+        assert [c.name for c in result.calls] == [function]
+        jsonschema.validate(json.loads(result.calls[0].arguments), TOOL_SCHEMAS[function])
+
+
+def test_agent_conversation_with_tool_results_runs(stubs) -> None:
+    call = pb.ToolCall(id="call_1", type="function",
+                       function=pb.FunctionCall(name="get_weather", arguments='{"city": "Paris", "unit": "celsius", "days": 1}'))
+    req = pb.GenerateRequest(
+        messages=[
+            pb.ChatMessage(role=pb.ROLE_SYSTEM, content="Be brief."),
+            user("What is the weather in Paris?"),
+            pb.ChatMessage(role=pb.ROLE_ASSISTANT, tool_calls=[call]),
+            pb.ChatMessage(role=pb.ROLE_TOOL, tool_call_id="call_1", content='{"temp": 21}'),
+        ],
+        tools=tools(),
+        sampling=pb.SamplingParams(max_new_tokens=12, temperature=0.0),
+    )
+    result = generate(stubs["agent"], req)
+    assert result.finish.reason in (pb.FINISH_REASON_STOP, pb.FINISH_REASON_LENGTH, pb.FINISH_REASON_TOOL_CALLS)
+    assert result.chunks[-1].usage.prompt_tokens > 100  # tools, call and result were all rendered
+
+
+def test_json_schema_response_format_on_chat(stubs) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"enum": ["yes", "no"]}, "score": {"type": "integer", "minimum": 0, "maximum": 10},
+                       "reason": {"type": "string", "pattern": "^[a-z ]{0,24}$"}},
+        "required": ["answer", "score"],
+        "additionalProperties": False,
+    }
+    fmt = pb.ResponseFormat(type=pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA,
+                            json_schema=pb.JsonSchemaFormat(name="verdict", schema_json=json.dumps(schema)))
+    for seed in range(4):
+        result = generate(stubs["chat"], request(f"Is {seed} even?", response_format=fmt, sampling=pb.SamplingParams(seed=seed)))
+        assert result.finish.reason == pb.FINISH_REASON_STOP
+        jsonschema.validate(json.loads(result.text), schema)
+
+
+def _engine_state(engine_url: str) -> dict:
+    return httpx.get(engine_url + "/server_info", timeout=5).json()["internal_states"][0]
+
+
+def _wait_idle(engine_url: str, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = _engine_state(engine_url)
+        if state["num_running"] == 0 and state["num_queued"] == 0 or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)
+
+
+LONG = pb.SamplingParams(max_new_tokens=1500, min_new_tokens=1500, temperature=0.0)
+
+
+def test_cancellation_aborts_the_engine_request(stubs, engine_url) -> None:
+    before = _wait_idle(engine_url)["requests_aborted_total"]
+    call = stubs["code"].Generate(request("Write a long program.", sampling=LONG), timeout=60)
+    next(call), next(call)
+    call.cancel()
+    state = _wait_idle(engine_url)
+    assert state["num_running"] == 0 and state["requests_aborted_total"] == before + 1
+
+
+def test_deadline_propagates_and_aborts(stubs, engine_url) -> None:
+    before = _wait_idle(engine_url)["requests_aborted_total"]
+    started = time.monotonic()
+    error = error_of(stubs["chat"], request("Talk for a long time.", sampling=LONG), timeout=0.8)
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - started < 5
+    state = _wait_idle(engine_url)
+    assert state["num_running"] == 0 and state["requests_aborted_total"] == before + 1
+
+
+def _bad_requests() -> dict[str, pb.GenerateRequest]:
+    bad_tool = pb.Tool(function=pb.FunctionDefinition(name="f", parameters_json='{"type": "objekt"}'))
+    return {
+        "no messages": pb.GenerateRequest(),
+        "unset role": pb.GenerateRequest(messages=[pb.ChatMessage(content="hi")]),
+        "unknown role": pb.GenerateRequest(messages=[pb.ChatMessage(role=42, content="hi")]),
+        "invalid tool schema": request(tools=[bad_tool]),
+        "tool schema not JSON": request(tools=[pb.Tool(function=pb.FunctionDefinition(name="f", parameters_json="{"))]),
+        "bad function name": request(tools=[pb.Tool(function=pb.FunctionDefinition(name="no spaces"))]),
+        "unknown named function": request(tools=tools(), tool_choice=pb.ToolChoice(function_name="nope")),
+        "required without tools": request(tool_choice=pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_REQUIRED)),
+        "invalid JSON schema": request(response_format=pb.ResponseFormat(
+            type=pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, json_schema=pb.JsonSchemaFormat(schema_json='{"type": 5}'))),
+        "temperature": request(sampling=pb.SamplingParams(temperature=1e9)),
+        "temperature nan": request(sampling=pb.SamplingParams(temperature=math.nan)),
+        "top_p": request(sampling=pb.SamplingParams(top_p=5)),
+        "top_k": request(sampling=pb.SamplingParams(top_k=-7)),
+        "max_new_tokens": request(sampling=pb.SamplingParams(max_new_tokens=10**9)),
+        "zero max_new_tokens": request(sampling=pb.SamplingParams(max_new_tokens=0)),
+        "replica hint outside the set": request(engine_replica_hint="http://169.254.169.254:80"),
+        "replica hint not a URL": request(engine_replica_hint="ftp://x"),
+        "context overflow": request("word " * 400, sampling=pb.SamplingParams(max_new_tokens=2000)),
+        "forced to another specialist": request(specialist=pb.SPECIALIST_KIND_CODE),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_requests()))
+def test_bad_input_is_invalid_argument(stubs, case: str) -> None:
+    error = error_of(stubs["chat"], _bad_requests()[case])
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (case, error.details())
+    assert error.details()
+
+
+def test_replica_hint_inside_the_set_is_obeyed(stubs, engine_url) -> None:
+    result = generate(stubs["chat"], request(engine_replica_hint=engine_url + "/", sampling=GREEDY))
+    assert result.route.replica == engine_url
+
+
+def test_router_decision_is_completed_and_returned(stubs) -> None:
+    route = pb.RouteDecision(specialist=pb.SPECIALIST_KIND_CODE, reason=pb.ROUTE_REASON_CLASSIFIER, confidence=0.83)
+    result = generate(stubs["code"], request(route=route, specialist=pb.SPECIALIST_KIND_CODE, sampling=GREEDY))
+    assert (result.route.reason, result.route.adapter) == (pb.ROUTE_REASON_CLASSIFIER, "code")
+    assert result.route.confidence == pytest.approx(0.83)
+
+
+def test_retry_info_rides_with_resource_exhausted() -> None:
+    from macaron.specialist.errors import OverloadedError
+    from macaron.specialist.servicer import status_for
+
+    status = status_for(OverloadedError("busy", retry_after_s=1.5))
+    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailers = dict(status.trailing_metadata)
+    assert trailers["retry-after-ms"] == "1500"
+    details = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    info = error_details_pb2.RetryInfo()
+    assert details.details[0].Unpack(info) and info.retry_delay.ToMilliseconds() == 1500
