@@ -221,3 +221,14 @@ def test_retry_info_rides_with_resource_exhausted() -> None:
     details = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
     info = error_details_pb2.RetryInfo()
     assert details.details[0].Unpack(info) and info.retry_delay.ToMilliseconds() == 1500
+
+
+def test_metrics_count_calls_tokens_and_first_chunks(stubs, specialist_ports) -> None:
+    generate(stubs["code"], request("Write a loop.", sampling=GREEDY, response_format=TEXT))
+    url = f"http://127.0.0.1:{specialist_ports['code'] + 1000}/metrics"
+    body = httpx.get(url, timeout=10).text
+    ok = [line for line in body.splitlines() if line.startswith("macaron_specialist_requests_total{")]
+    assert any('code="OK"' in line and 'specialist="code"' in line and float(line.split()[-1]) >= 1 for line in ok), ok
+    assert 'macaron_specialist_time_to_first_chunk_seconds_count{specialist="code"}' in body
+    tokens = [l for l in body.splitlines() if l.startswith('macaron_specialist_completion_tokens_total{specialist="code"}')]
+    assert tokens and float(tokens[0].split()[-1]) >= 16

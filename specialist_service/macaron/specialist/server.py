@@ -21,7 +21,9 @@ from grpc_reflection.v1alpha import reflection
 
 from macaron.config import MacaronSettings
 from macaron.discovery import build_source
+from macaron.ports import metrics_port
 from macaron.specialist.generation import EnginePool, Pipeline
+from macaron.specialist.metrics import SpecialistMetrics
 from macaron.specialist.profiles import load_profile
 from macaron.specialist.replicas import ReplicaPicker
 from macaron.specialist.servicer import SpecialistServicer
@@ -61,13 +63,16 @@ def build_pipelines(settings: MacaronSettings, names: list[str], tokenizer: Any 
 class SpecialistServer:
     """One profile's grpc.aio server with health and reflection."""
 
-    def __init__(self, pipeline: Pipeline, host: str, port: int) -> None:
+    def __init__(self, pipeline: Pipeline, host: str, port: int, serve_metrics: bool = True) -> None:
         self.pipeline = pipeline
         self.host = host
         self.port = port
+        self.serve_metrics = serve_metrics
+        self.metrics = SpecialistMetrics(pipeline.profile.name)
+        self._metrics_server: Any = None
         self.server = grpc.aio.server()
         self.health = health_aio.HealthServicer()
-        specialist_pb2_grpc.add_SpecialistServicer_to_server(SpecialistServicer(pipeline), self.server)
+        specialist_pb2_grpc.add_SpecialistServicer_to_server(SpecialistServicer(pipeline, self.metrics), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -79,14 +84,30 @@ class SpecialistServer:
         self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
         await self.server.start()
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        if self.serve_metrics:
+            self._start_metrics()
         log.info("specialist %s serving on %s:%d", self.pipeline.profile.name, self.host, self.port)
         return self.port
+
+    def _start_metrics(self) -> None:
+        """Prometheus text on the gRPC port + 1000; a taken port is logged, never fatal."""
+        from prometheus_client import start_http_server
+
+        port = metrics_port(self.port)
+        try:
+            self._metrics_server, _ = start_http_server(port, addr=self.host, registry=self.metrics.registry)
+            log.info("specialist %s metrics on http://%s:%d/metrics", self.pipeline.profile.name, self.host, port)
+        except OSError as exc:
+            log.warning("specialist %s: metrics port %d unavailable (%s); metrics not served", self.pipeline.profile.name, port, exc)
 
     async def drain(self, grace_s: float) -> None:
         """NOT_SERVING, refuse new calls, let in-flight streams finish for up to `grace_s`, then stop."""
         await self.health.enter_graceful_shutdown()
         log.info("specialist %s draining (%d in flight, grace %.1f s)", self.pipeline.profile.name, self.pipeline.active, grace_s)
         await self.server.stop(grace_s)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
 
 
 async def serve(settings: MacaronSettings, names: list[str], ports: dict[str, int] | None = None) -> None:

@@ -7,6 +7,7 @@ translation is `wire`. The only logic here is the status mapping (`status_for`),
 from __future__ import annotations
 
 import logging
+import time
 from typing import AsyncIterator, NamedTuple
 
 import grpc
@@ -18,7 +19,9 @@ from macaron import telemetry
 from macaron.prompting.convert import request_from_proto
 from macaron.prompting.messages import RequestError
 from macaron.specialist import errors
+from macaron.specialist.events import Done, TextDelta, ToolCalls
 from macaron.specialist.generation import Pipeline
+from macaron.specialist.metrics import SpecialistMetrics
 from macaron.specialist.ui_schema import ui_schema_json
 from macaron.specialist.wire import KIND_BY_NAME, NAME_BY_KIND, event_to_chunk, sampling_from_proto
 from macaron.v1 import common_pb2, specialist_pb2, specialist_pb2_grpc
@@ -63,9 +66,10 @@ def status_for(exc: errors.SpecialistError) -> StatusInfo:
 class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
     """Serves one profile's pipeline."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, metrics: SpecialistMetrics | None = None) -> None:
         self.pipeline = pipeline
         self.name = pipeline.profile.name
+        self.metrics = metrics or SpecialistMetrics(self.name)
 
     async def Generate(
         self, request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext
@@ -75,6 +79,8 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
         span = telemetry.tracer(__name__).start_span(
             "specialist.Generate", context=telemetry.extract(metadata), attributes={"specialist": self.name}
         )
+        m, started, first_chunk_seen, code = self.metrics, time.perf_counter(), False, grpc.StatusCode.OK
+        m.in_flight.labels(self.name).inc()
         try:
             if request.specialist not in (common_pb2.SPECIALIST_KIND_UNSPECIFIED, KIND_BY_NAME[self.name]):
                 forced = NAME_BY_KIND.get(request.specialist, f"unknown ({request.specialist})")
@@ -93,13 +99,26 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
                 timeout_s=context.time_remaining(),
             )
             async for event in events:
+                if not first_chunk_seen and isinstance(event, (TextDelta, ToolCalls)):
+                    first_chunk_seen = True
+                    m.ttft.labels(self.name).observe(time.perf_counter() - started)
+                elif isinstance(event, Done):
+                    m.prompt_tokens.labels(self.name).inc(event.usage.prompt_tokens)
+                    m.cached_tokens.labels(self.name).inc(event.usage.cached_tokens)
+                    m.completion_tokens.labels(self.name).inc(event.usage.completion_tokens)
                 yield event_to_chunk(event, request_id, self.name, request.route)
         except errors.SpecialistError as exc:
             status = status_for(exc)
+            code = status.code
             span.set_attribute("grpc.status", status.code.name)
             log.info("request %s failed: %s %s", request_id, status.code.name, exc)
             await context.abort(status.code, status.details, status.trailing_metadata)
+        except BaseException:
+            code = grpc.StatusCode.CANCELLED if context.cancelled() else grpc.StatusCode.INTERNAL
+            raise
         finally:
+            m.in_flight.labels(self.name).dec()
+            m.requests.labels(self.name, code.name).inc()
             span.end()
 
     async def Info(

@@ -1,0 +1,234 @@
+"""POST /v1/chat/completions: OpenAI request → SDK call to the router → OpenAI JSON or SSE.
+
+The router's first chunk (the route decision) is awaited before the HTTP answer starts, so
+errors before any output keep their HTTP status, and the route shows in the headers of
+streams too (`x-macaron-specialist`, `x-macaron-route-reason`, ...). A client that leaves a
+stream cancels the gRPC call, which cancels the specialist's and the engine's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from macaron.gateway import protocol as p
+from macaron.gateway.errors import GatewayError, from_sdk
+from macaron.gateway.metrics import GatewayMetrics
+from macaron.sdk import APIError, AsyncMacaronClient, AsyncStream, ChatResult, Route, Usage
+
+log = logging.getLogger(__name__)
+SESSION_HEADER = "x-session-id"
+
+
+def route_headers(route: Route | None) -> dict[str, str]:
+    """The route decision as response headers (ignored by OpenAI clients, read by curious ones)."""
+    if route is None:
+        return {}
+    headers = {
+        "x-macaron-specialist": route.specialist or "",
+        "x-macaron-route-reason": route.reason,
+        "x-macaron-route-confidence": f"{route.confidence:.3f}",
+    }
+    if route.adapter:
+        headers["x-macaron-adapter"] = route.adapter + (f"@{route.adapter_version}" if route.adapter_version else "")
+    return headers
+
+
+def usage_model(usage: Usage) -> p.CompletionUsage:
+    return p.CompletionUsage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        prompt_tokens_details=p.PromptTokensDetails(cached_tokens=usage.cached_tokens),
+    )
+
+
+def sdk_params(req: p.ChatCompletionRequest, session_id: str | None) -> dict[str, Any]:
+    """The SDK's `chat.create` keyword arguments for an OpenAI request."""
+    params: dict[str, Any] = {
+        "messages": [m.model_dump(exclude_none=True, by_alias=True) for m in req.messages],
+        "specialist": req.specialist,
+        "session_id": session_id,
+        "max_tokens": req.output_budget,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "frequency_penalty": req.frequency_penalty,
+        "presence_penalty": req.presence_penalty,
+        "stop": req.stop,
+        "seed": req.seed,
+        "request_metadata": req.metadata,
+    }
+    if req.tools:
+        params["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
+    if req.tool_choice is not None:
+        params["tool_choice"] = req.tool_choice if isinstance(req.tool_choice, str) else req.tool_choice.model_dump()
+    if req.response_format is not None:
+        params["response_format"] = req.response_format.model_dump(exclude_none=True, by_alias=True)
+    return params
+
+
+class ChatService:
+    """Answers chat completions through the SDK; one per app."""
+
+    def __init__(self, client: AsyncMacaronClient, metrics: GatewayMetrics) -> None:
+        self.client = client
+        self.metrics = metrics
+
+    async def create(
+        self, req: p.ChatCompletionRequest, *, api_key: str | None, session_id: str | None, request_id: str
+    ) -> Response:
+        stream = bool(req.stream)
+        labels = {"model": req.model, "stream": str(stream).lower()}
+        start = time.monotonic()
+        self.metrics.in_flight.inc()
+        handed_over = False
+        try:
+            client = self.client.with_options(api_key=api_key or "")
+            params = sdk_params(req, session_id)
+            if not stream:
+                result = await client.chat.create(**params, request_id=request_id)
+                self._observe_route(result.route, req.model, start)
+                response = self._completion(result)
+                self._count(labels, 200, result.usage, result.route)
+                return response
+            sdk_stream = await client.chat.create(**params, request_id=request_id, stream=True)
+            self._observe_route(sdk_stream.route, req.model, start)
+            handed_over = True
+            return StreamingResponse(
+                self._sse(req, sdk_stream, labels, start),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache", "x-accel-buffering": "no", **route_headers(sdk_stream.route)},
+            )
+        except APIError as exc:
+            error = from_sdk(exc)
+            log.info("router answered %s: %s", exc.code.name, exc.message)
+            self._count(labels, error.status)
+            raise error from None
+        finally:
+            if not handed_over:
+                self.metrics.in_flight.dec()
+                self.metrics.latency.labels(**labels).observe(time.monotonic() - start)
+
+    # ------------------------------------------------------------ helpers
+
+    def _observe_route(self, route: Route | None, model: str, start: float) -> None:
+        self.metrics.first_chunk.labels(model=model).observe(time.monotonic() - start)
+        if route is not None:
+            self.metrics.routes.labels(specialist=route.specialist or "none", reason=route.reason).inc()
+
+    def _count(self, labels: dict[str, str], status: int, usage: Usage | None = None, route: Route | None = None) -> None:
+        self.metrics.requests.labels(status=str(status), **labels).inc()
+        log.info(
+            "chat completion model=%s stream=%s status=%d specialist=%s reason=%s tokens=%s/%s",
+            labels["model"], labels["stream"], status, route.specialist if route else "-", route.reason if route else "-",
+            usage.prompt_tokens if usage else "-", usage.completion_tokens if usage else "-",
+        )
+        if usage is not None:
+            specialist = (route.specialist if route else None) or "none"
+            for kind, value in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
+                                ("cached", usage.cached_tokens)):
+                self.metrics.tokens.labels(kind=kind, specialist=specialist).inc(value)
+
+    def _completion(self, result: ChatResult) -> Response:
+        if result.finish_reason == "abort":
+            raise GatewayError(503, "the engine aborted the request; retry it", type="service_unavailable",
+                               code="aborted", retry_after_s=1)
+        calls = [
+            p.ResponseToolCall(id=c.id, function=p.ResponseFunctionCall(name=c.function.name, arguments=c.function.arguments))
+            for c in result.tool_calls
+        ]
+        body = p.ChatCompletion(
+            id=_completion_id(result.request_id),
+            created=p.now(),
+            model=result.route.model,
+            choices=[
+                p.Choice(
+                    message=p.ResponseMessage(content=result.text if (result.text or not calls) else None,
+                                              tool_calls=calls or None),
+                    finish_reason=result.finish_reason,
+                )
+            ],
+            usage=usage_model(result.usage),
+        )
+        return JSONResponse(body.model_dump(), headers=route_headers(result.route))
+
+    async def _sse(
+        self, req: p.ChatCompletionRequest, stream: AsyncStream, labels: dict[str, str], start: float
+    ) -> AsyncIterator[str]:
+        cid = _completion_id(stream.request_id)
+        created = p.now()
+        model = stream.route.model if stream.route else req.model
+        status = 200
+        usage: Usage | None = None
+        finished = False
+
+        def frame(delta: p.Delta, finish_reason: str | None = None) -> str:
+            chunk = p.ChatCompletionChunk(id=cid, created=created, model=model,
+                                          choices=[p.ChunkChoice(delta=delta, finish_reason=finish_reason)])
+            body = chunk.model_dump()
+            body["choices"][0]["delta"] = delta.model_dump(exclude_none=True)  # OpenAI omits unset delta fields
+            return _data(body)
+
+        try:
+            yield frame(p.Delta(role="assistant", content=""))
+            finish_reason: str | None = None
+            async for chunk in stream:
+                if chunk.text:
+                    yield frame(p.Delta(content=chunk.text))
+                if chunk.tool_calls:
+                    deltas = [
+                        p.DeltaToolCall(
+                            index=d.index, id=d.id or None, type="function" if d.id else None,
+                            function=p.DeltaFunctionCall(name=d.name or None, arguments=d.arguments),
+                        )
+                        for d in chunk.tool_calls
+                    ]
+                    yield frame(p.Delta(tool_calls=deltas))
+                if chunk.finish_reason is not None:
+                    finish_reason = chunk.finish_reason
+                if chunk.usage is not None:
+                    usage = chunk.usage
+            if finish_reason == "abort":
+                raise GatewayError(503, "the engine aborted the request", type="service_unavailable", code="aborted")
+            yield frame(p.Delta(), finish_reason or "stop")
+            if req.include_usage and usage is not None:
+                final = p.ChatCompletionChunk(id=cid, created=created, model=model, choices=[], usage=usage_model(usage))
+                yield _data(final.model_dump())
+            yield "data: [DONE]\n\n"
+            finished = True
+        except APIError as exc:
+            error = from_sdk(exc)
+            status = error.status
+            log.info("stream failed after it started: %s %s", error.status, exc.message)
+            yield _data(error.body())
+            yield "data: [DONE]\n\n"
+            finished = True
+        except GatewayError as error:
+            status = error.status
+            yield _data(error.body())
+            yield "data: [DONE]\n\n"
+            finished = True
+        except (asyncio.CancelledError, GeneratorExit):
+            status = 499
+            self.metrics.disconnects.inc()
+            log.info("client left the stream: cancelling request %s downstream", stream.request_id)
+            raise
+        finally:
+            await stream.close()
+            self._count(labels, status if finished or status != 200 else 499, usage, stream.route)
+            self.metrics.in_flight.dec()
+            self.metrics.latency.labels(**labels).observe(time.monotonic() - start)
+
+
+def _data(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def _completion_id(request_id: str) -> str:
+    return f"chatcmpl-{request_id}" if request_id else p.completion_id()

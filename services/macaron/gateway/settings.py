@@ -1,0 +1,41 @@
+"""Settings of the OpenAI-compatible REST gateway (`gateway:` section of the configuration).
+
+Light on purpose (pydantic only): the configuration imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from macaron.ports import GATEWAY_PORT, ROUTER_PORT
+
+
+class GatewaySettings(BaseModel):
+    """The REST gateway: where it listens, how it reaches the router, its request limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(
+        "127.0.0.1",
+        description="Address the gateway binds to; any non-loopback address requires auth.api_keys.",
+    )
+    port: int = Field(GATEWAY_PORT, description="Port of the gateway's HTTP server.")
+    router_target: str = Field(
+        f"127.0.0.1:{ROUTER_PORT}", description="The router's gRPC address (host:port), reached through the SDK."
+    )
+    router_tls: bool = Field(False, description="Use TLS to the router (system roots unless router_ca_file is set).")
+    router_ca_file: str | None = Field(None, description="PEM file of the CA that signed the router's certificate.")
+    router_timeout_s: float = Field(600.0, description="Deadline of one request to the router (the whole stream).")
+    router_max_retries: int = Field(
+        2, description="Retries of a router call that failed with UNAVAILABLE before its first chunk."
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, description="Largest request body accepted; a larger one is answered 413."
+    )
+    max_messages: int = Field(1024, description="Most messages in one chat request; more is a 400.")
+    grace_period_s: float = Field(
+        10.0, description="On SIGTERM: seconds in-flight requests and streams get to finish before the gateway exits."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level of the gateway.")

@@ -1,0 +1,199 @@
+"""End to end through the REST gateway with the official `openai` client: the real router,
+specialists and embedded engine behind it (`macaron serve`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from .conftest import API_KEY, Stack
+
+UI_SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string", "maxLength": 20}, "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["title", "count"],
+    "additionalProperties": False,
+}
+TEXT = {"type": "text"}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "pattern": "^[A-Za-z ]{1,20}$"},
+                           "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def client(stack: Stack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stack.api_url, api_key=API_KEY, max_retries=0, timeout=120.0)
+
+
+def test_completion_with_usage_and_route_headers(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="macaron-chat", messages=[{"role": "user", "content": "Hello! How are you today?"}], max_tokens=16,
+        extra_headers={"x-request-id": "e2e-req-1"},
+    )
+    completion = raw.parse()
+    choice = completion.choices[0]
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length")
+    usage = completion.usage
+    assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 16
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens >= 0
+    assert raw.headers["x-request-id"] == "e2e-req-1"
+    assert raw.headers["x-macaron-specialist"] == "chat" and raw.headers["x-macaron-route-reason"] == "explicit"
+    assert completion.model == "macaron-chat"
+
+
+def test_prefix_cache_shows_in_cached_tokens(client: openai.OpenAI) -> None:
+    messages = [{"role": "system", "content": "You answer briefly. " * 20}, {"role": "user", "content": "Hi there"}]
+    client.chat.completions.create(model="macaron-code", messages=messages, max_tokens=4)
+    again = client.chat.completions.create(model="macaron-code", messages=messages, max_tokens=4)
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_streaming_with_include_usage(client: openai.OpenAI) -> None:
+    with client.chat.completions.with_streaming_response.create(
+        model="macaron-auto", messages=[{"role": "user", "content": "Write a python function that adds two numbers"}],
+        max_tokens=24, stream=True, stream_options={"include_usage": True},
+    ) as response:
+        specialist = response.headers["x-macaron-specialist"]
+        assert specialist in ("chat", "agent", "code", "ui")
+        assert response.headers["x-macaron-route-reason"] in ("classifier", "judge", "default", "session")
+        chunks = list(response.parse())
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes in (["stop"], ["length"])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    assert text or chunks[-1].usage.completion_tokens > 0
+
+
+def test_auto_and_forced_models(client: openai.OpenAI) -> None:
+    for model in ("macaron-chat", "macaron-agent", "macaron-code", "macaron-ui"):
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": "Show me something"}], max_tokens=8,
+            response_format=TEXT,  # ui otherwise answers a whole UI description, longer than 8 tokens
+        )
+        assert raw.headers["x-macaron-specialist"] == model.removeprefix("macaron-"), model
+        assert raw.headers["x-macaron-route-reason"] == "explicit"
+    raw = client.chat.completions.with_raw_response.create(
+        model="macaron-auto", messages=[{"role": "user", "content": "Fix this Python traceback: KeyError in dict"}],
+        max_tokens=8,
+    )
+    assert raw.headers["x-macaron-route-reason"] != "explicit"
+    assert float(raw.headers["x-macaron-route-confidence"]) >= 0
+
+
+def test_tool_choice_required_gives_parsed_tool_calls(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="macaron-agent", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=[WEATHER_TOOL], tool_choice="required", max_tokens=64,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls[:1]
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def test_json_schema_on_ui_gives_valid_json(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="macaron-ui", messages=[{"role": "user", "content": "A counter card"}], max_tokens=64,
+        response_format={"type": "json_schema", "json_schema": {"name": "card", "schema": UI_SCHEMA, "strict": True}},
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(completion.choices[0].message.content), UI_SCHEMA)
+
+
+def test_missing_or_wrong_key_is_401(stack: Stack) -> None:
+    response = httpx.post(stack.api_url + "/chat/completions", timeout=30,
+                          json={"model": "macaron-auto", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=stack.api_url, api_key="mk-nope", max_retries=0).chat.completions.create(
+            model="macaron-auto", messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"model": "gpt-4o"}, "model"), ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"temperature": 7}, "temperature")],
+)
+def test_bad_input_is_400(client: openai.OpenAI, extra: dict, param: str) -> None:
+    body = {"model": "macaron-auto", "messages": [{"role": "user", "content": "hi"}], **extra}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(**body)
+    assert info.value.status_code == 400 and info.value.param == param
+    assert set(info.value.body) >= {"message", "type", "param", "code"}
+
+
+def test_context_overflow_is_400_context_length_exceeded(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="macaron-chat", messages=[{"role": "user", "content": "hi"}],
+                                       max_tokens=4000)
+    assert info.value.code == "context_length_exceeded"
+
+
+def test_four_concurrent_sessions_keep_their_specialists(client: openai.OpenAI) -> None:
+    run = str(time.time_ns())
+
+    def session(specialist: str) -> list[tuple[str, str]]:
+        sid = f"e2e-{specialist}-{run}"
+        seen = []
+        for turn, model in enumerate(["macaron-" + specialist, "macaron-auto", "macaron-auto"]):
+            raw = client.chat.completions.with_raw_response.create(
+                model=model, messages=[{"role": "user", "content": f"Turn {turn}: tell me more"}], max_tokens=6,
+                extra_headers={"x-session-id": sid}, response_format=TEXT,
+            )
+            seen.append((raw.headers["x-macaron-specialist"], raw.headers["x-macaron-route-reason"]))
+        return seen
+
+    names = ["chat", "agent", "code", "ui"]
+    with ThreadPoolExecutor(4) as pool:
+        results = dict(zip(names, pool.map(session, names)))
+    for name, seen in results.items():
+        assert [s for s, _ in seen] == [name] * 3, (name, seen)
+        assert [r for _, r in seen] == ["explicit", "session", "session"], (name, seen)
+
+
+def test_models_health_metrics(stack: Stack, client: openai.OpenAI) -> None:
+    assert {m.id for m in client.models.list()} >= {"macaron-auto", "macaron-ui"}
+    assert httpx.get(stack.gateway_url + "/healthz").status_code == 200
+    assert httpx.get(stack.gateway_url + "/readyz", timeout=10).json()["dev_mode"] is False
+    assert "macaron_gateway_requests_total" in httpx.get(stack.gateway_url + "/metrics").text
+
+
+def _running(stack: Stack) -> int:
+    return httpx.get(stack.engine_url + "/v1/loads", timeout=5).json()["loads"][0]["num_running_reqs"]
+
+
+def test_client_disconnect_cancels_down_to_the_engine(stack: Stack) -> None:
+    body = {"model": "macaron-chat", "stream": True, "max_tokens": 1900, "temperature": 0,
+            "messages": [{"role": "user", "content": "Tell me a very long story about macarons."}]}
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    with httpx.stream("POST", stack.api_url + "/chat/completions", json=body, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        for _ in range(3):
+            next(lines)
+        running_while_streaming = _running(stack)
+    assert running_while_streaming >= 1
+    deadline = time.monotonic() + 10
+    while _running(stack) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(stack) == 0
