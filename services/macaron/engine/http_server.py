@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -39,279 +38,38 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from macaron.engine.args import EngineArgs
 from macaron.engine.metrics import ServerMetrics
 from macaron.engine.protocol import (
     AsyncEngine,
     EngineError,
-    EngineNotReadyError,
     EngineOverloadedError,
     GenerateRequest,
     RequestOutput,
     RequestStream,
 )
+from macaron.engine.http_protocol import (  # noqa: F401  (IGNORED_FIELDS re-exported)
+    AbortReq,
+    GenerateReqInput,
+    HEALTH_CHECK_TIMEOUT_S,
+    IGNORED_FIELDS,
+    LoadLoRAAdapterReqInput,
+    Refused,
+    SGLANG_RELEASE,
+    UnloadLoRAAdapterReqInput,
+    ResponseEncoder,
+    refusal_for,
+    read_body,
+    sse_event,
+    wait_for_disconnect,
+    engine_error,
+    error_response,
+    to_engine_request,
+)
 from macaron.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
-
-SGLANG_RELEASE = "0.5.23"
-"""The SGLang release whose HTTP API this server matches."""
-HEALTH_CHECK_TIMEOUT_S = 20.0
-"""How long /health_generate waits for its one token (SGLang's default)."""
-SAMPLING_FIELDS: tuple[str, ...] = (*SamplingParams.model_fields, "choice")
-"""Keys SGLang's schema accepts in sampling_params; any other key is a 400 there too."""
-IGNORED_FIELDS: dict[str, str] = {
-    "model": "added by routers (smg); the engine serves one base model, adapters go in lora_path",
-    "log_metrics": "applied: false keeps the request out of /metrics",
-    "return_text_in_logprobs": "no logprobs are returned, so there is no text to add",
-    "background": "OpenAI Responses API only",
-    "no_logs": "the engine logs no request contents anyway",
-    "return_bytes": "image generation only",
-    "return_entropy": "accepted only as false",
-    "bootstrap_host, bootstrap_port, bootstrap_room, bootstrap_pair_key, decode_tp_size": "no prefill/decode split",
-    "routed_dp_rank, data_parallel_rank, disagg_prefill_dp_rank": "one data-parallel rank",
-    "priority, routing_key, extra_key, cache_salt": "first-come scheduling; the prefix cache is keyed by adapter",
-    "session_id, conversation_id, custom_labels, require_reasoning, max_thinking_tokens, kv_hints": "no effect here",
-}
-
-
-# ---------------------------------------------------------------- request bodies (SGLang names)
-
-
-class GenerateReqInput(BaseModel):
-    """The /generate body: SGLang's GenerateReqInput fields this server reads, checks or ignores."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
-    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
-    rid: str | list[str] | None = None
-    stream: bool = False
-    lora_path: str | list[str | None] | None = None
-    log_metrics: bool = True
-    return_prompt_token_ids: bool = False
-    # refused when set: the engine cannot honour them
-    return_logprob: bool | list[bool] | None = None
-    return_hidden_states: bool | str | list[Any] | None = None
-    return_routed_experts: bool = False
-    return_entropy: bool = False
-    return_sampling_mask: bool | list[bool] | None = None
-    custom_logit_processor: str | list[str | None] | None = None
-    session_params: dict[str, Any] | None = None
-    input_embeds: Any = None
-    image_data: Any = None
-    video_data: Any = None
-    audio_data: Any = None
-    # accepted and ignored (see IGNORED_FIELDS)
-    model: str | None = None
-    return_text_in_logprobs: bool | None = None
-    logprob_start_len: int | list[int] | None = None
-    top_logprobs_num: int | list[int] | None = None
-    token_ids_logprob: list[int] | list[list[int]] | None = None
-    background: bool = False
-    no_logs: bool = False
-    return_bytes: bool = False
-    bootstrap_host: str | list[str | None] | None = None
-    bootstrap_port: int | list[int | None] | None = None
-    bootstrap_room: int | list[int | None] | None = None
-    bootstrap_pair_key: str | list[str | None] | None = None
-    decode_tp_size: int | list[int | None] | None = None
-    routed_dp_rank: int | None = None
-    data_parallel_rank: int | None = None
-    priority: int | None = None
-    routing_key: str | None = None
-    session_id: str | None = None
-    custom_labels: dict[str, str] | None = None
-
-
-class LoadLoRAAdapterReqInput(BaseModel):
-    """POST /load_lora_adapter body (SGLang's LoadLoRAAdapterReqInput)."""
-
-    model_config = ConfigDict(extra="ignore")
-    lora_name: str
-    lora_path: str
-    pinned: bool = False
-
-
-class UnloadLoRAAdapterReqInput(BaseModel):
-    """POST /unload_lora_adapter body (SGLang's UnloadLoRAAdapterReqInput)."""
-
-    model_config = ConfigDict(extra="ignore")
-    lora_name: str
-
-
-class AbortReq(BaseModel):
-    """POST /abort_request body (SGLang's AbortReq)."""
-
-    model_config = ConfigDict(extra="ignore")
-    rid: str | None = ""
-    abort_all: bool = False
-
-
-# ---------------------------------------------------------------- error bodies
-
-
-class Refused(Exception):
-    """A request answered with an error response instead of running."""
-
-    def __init__(self, response: Response):
-        super().__init__(response.status_code)
-        self.response = response
-
-
-def error_response(status: int, message: str) -> JSONResponse:
-    """SGLang's ErrorResponse body (its validation and HTTPException handlers)."""
-    kind = "Bad Request" if status == 400 else str(status)
-    body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
-    return JSONResponse(body, status_code=status)
-
-
-def contract_error(message: str) -> JSONResponse:
-    """SGLang's schema-contract refusal: the message is the whole `error` value."""
-    return JSONResponse({"error": message}, status_code=400)
-
-
-def engine_error(status: int, message: str) -> JSONResponse:
-    """SGLang's answer to a request the engine refuses (`_create_error_response`)."""
-    kind = "invalid_request_error" if status == 400 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
-
-
-def _from_engine_error(exc: EngineError) -> Refused:
-    status = exc.status_code
-    if isinstance(exc, (EngineOverloadedError, EngineNotReadyError)) or status != 400:
-        return Refused(error_response(status, str(exc)))
-    return Refused(engine_error(status, str(exc)))
-
-
-def _describe(exc: ValidationError, prefix: str = "") -> str:
-    """One line per field ("sampling_params.top_k: Input should be a valid integer")."""
-    seen: dict[str, str] = {}
-    for err in exc.errors(include_url=False):
-        field = str(err["loc"][0]) if err["loc"] else ""
-        seen.setdefault(field, err["msg"])
-    return "; ".join(f"{prefix}{field}: {msg}" if field else msg for field, msg in seen.items())
-
-
-async def _read_body(request: Request, model: type[BaseModel]) -> Any:
-    """Parses the JSON body into `model`, refusing it the way SGLang does."""
-    try:
-        data = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Refused(error_response(400, f"JSON decode error: {exc}")) from None
-    if not isinstance(data, dict):
-        raise Refused(error_response(400, f"the request body must be a JSON object, got {type(data).__name__}"))
-    try:
-        return model.model_validate(data, strict=True)
-    except ValidationError as exc:
-        raise Refused(contract_error(_describe(exc))) from None
-
-
-# ---------------------------------------------------------------- /generate translation
-
-
-def _sampling_params(raw: dict[str, Any] | None) -> SamplingParams:
-    raw = dict(raw or {})
-    for key in raw:
-        if key not in SAMPLING_FIELDS:
-            expected = ", ".join(f"`{f}`" for f in SAMPLING_FIELDS)
-            raise Refused(contract_error(f"unknown field `{key}`, expected one of {expected}"))
-    if raw.pop("choice", None):
-        raise Refused(engine_error(400, "sampling_params.choice is not supported by this engine; use regex."))
-    try:
-        return SamplingParams.model_validate(raw, strict=True)
-    except ValidationError as exc:
-        raise Refused(contract_error(_describe(exc, "sampling_params."))) from None
-
-
-def _refuse_unsupported(obj: GenerateReqInput) -> None:
-    batch = (
-        isinstance(obj.text, list)
-        or bool(obj.input_ids and isinstance(obj.input_ids[0], list))
-        or isinstance(obj.sampling_params, list)
-        or isinstance(obj.rid, list)
-        or isinstance(obj.lora_path, list)
-    )
-    if batch:
-        raise Refused(engine_error(400, "batch requests (lists of prompts) are not supported; send one request per prompt."))
-    unsupported = {
-        "return_logprob": obj.return_logprob,
-        "return_hidden_states": obj.return_hidden_states,
-        "return_routed_experts": obj.return_routed_experts,
-        "return_entropy": obj.return_entropy,
-        "return_sampling_mask": obj.return_sampling_mask,
-        "session_params": obj.session_params,
-        "input_embeds": obj.input_embeds,
-        "image_data": obj.image_data,
-        "video_data": obj.video_data,
-        "audio_data": obj.audio_data,
-    }
-    for name, value in unsupported.items():
-        if value:
-            raise Refused(engine_error(400, f"{name} is not supported by this engine; leave it unset."))
-    if obj.custom_logit_processor:
-        raise Refused(
-            engine_error(400, "The server is not configured to enable custom logit processor (not supported here).")
-        )
-    if (obj.text is None) == (obj.input_ids is None):
-        raise Refused(engine_error(400, "exactly one of text or input_ids must be given."))
-
-
-def to_engine_request(obj: GenerateReqInput) -> GenerateRequest:
-    """Checks a /generate body and builds the engine's request (raises Refused)."""
-    _refuse_unsupported(obj)
-    prompt: str | list[int] = obj.text if obj.text is not None else list(obj.input_ids or [])
-    return GenerateRequest(
-        rid=obj.rid or uuid.uuid4().hex,
-        prompt=prompt,
-        sampling=_sampling_params(obj.sampling_params),
-        lora_path=obj.lora_path,
-        stream=obj.stream,
-    )
-
-
-class _Encoder:
-    """Turns cumulative RequestOutputs into SGLang response objects (cumulative or incremental)."""
-
-    def __init__(self, incremental: bool, prompt_token_ids: list[int] | None):
-        self.incremental = incremental
-        self.prompt_token_ids = prompt_token_ids
-        self.sent_text = 0
-        self.sent_ids = 0
-
-    def encode(self, out: RequestOutput) -> dict[str, Any]:
-        text, ids = out.text, out.output_ids
-        if self.incremental:
-            text, ids = text[self.sent_text :], ids[self.sent_ids :]
-            self.sent_text, self.sent_ids = len(out.text), len(out.output_ids)
-        meta = {
-            "id": out.rid,
-            "finish_reason": out.finish_reason,
-            "prompt_tokens": out.prompt_tokens,
-            "completion_tokens": out.completion_tokens,
-            "cached_tokens": out.cached_tokens,
-            "e2e_latency": out.e2e_latency,
-            "weight_version": "default",
-            "reasoning_tokens": 0,
-        }
-        body: dict[str, Any] = {"text": text, "output_ids": list(ids), "meta_info": meta}
-        if self.prompt_token_ids is not None:
-            body["prompt_token_ids"] = self.prompt_token_ids
-        return body
-
-
-def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
-
-
-async def _wait_for_disconnect(request: Request) -> None:
-    """Returns when the client hangs up (the body was already read, so only that can arrive)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
 
 # ---------------------------------------------------------------- the server
 
@@ -359,7 +117,7 @@ class EngineServer:
         try:
             stream = self.engine.submit(req)
         except EngineError as exc:
-            raise _from_engine_error(exc) from None
+            raise refusal_for(exc) from None
         self.active[req.rid] = stream
         return stream
 
@@ -367,7 +125,7 @@ class EngineServer:
         self, stream: RequestStream, request: Request, *, stream_mode: bool, log_metrics: bool
     ) -> AsyncIterator[RequestOutput]:
         """Yields a request's outputs; aborts it when the client leaves or the consumer stops."""
-        watcher = asyncio.create_task(_wait_for_disconnect(request))
+        watcher = asyncio.create_task(wait_for_disconnect(request))
         watcher.add_done_callback(lambda task: self._abort_if_disconnected(task, stream))
         last: RequestOutput | None = None
         first_token_at: float | None = None
@@ -416,22 +174,22 @@ class EngineServer:
         return list(self.engine.tokenizer.encode(obj.text, add_special_tokens=False))
 
     async def generate(self, request: Request) -> Response:
-        obj: GenerateReqInput = await _read_body(request, GenerateReqInput)
+        obj: GenerateReqInput = await read_body(request, GenerateReqInput)
         req = to_engine_request(obj)
-        encoder = _Encoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj))
+        encoder = ResponseEncoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj))
         stream = self._submit(req)
         outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics)
         if obj.stream:
             return StreamingResponse(self._sse_body(outputs, encoder), media_type="text/event-stream")
         return await self._single_response(outputs, encoder)
 
-    async def _single_response(self, outputs: AsyncIterator[RequestOutput], encoder: _Encoder) -> Response:
+    async def _single_response(self, outputs: AsyncIterator[RequestOutput], encoder: ResponseEncoder) -> Response:
         last: RequestOutput | None = None
         try:
             async for out in outputs:
                 last = out
         except EngineError as exc:
-            return _from_engine_error(exc).response
+            return refusal_for(exc).response
         if last is None:
             return engine_error(500, "the engine ended the request without output")
         reason = last.finish_reason or {}
@@ -441,19 +199,19 @@ class EngineServer:
             return engine_error(400, message) if status == 400 else error_response(status, message)
         return JSONResponse(encoder.encode(last))
 
-    async def _sse_body(self, outputs: AsyncIterator[RequestOutput], encoder: _Encoder) -> AsyncIterator[bytes]:
+    async def _sse_body(self, outputs: AsyncIterator[RequestOutput], encoder: ResponseEncoder) -> AsyncIterator[bytes]:
         try:
             async for out in outputs:
-                yield _sse(encoder.encode(out))
+                yield sse_event(encoder.encode(out))
         except Exception as exc:  # noqa: BLE001 - reported in the stream, as SGLang does
             status = exc.status_code if isinstance(exc, EngineError) else 500
             kind = "invalid_request_error" if status == 400 else "server_error"
             logger.warning("stream failed: %s", exc)
-            yield _sse({"error": {"message": str(exc), "type": kind, "code": status, "retryable": status >= 500}})
+            yield sse_event({"error": {"message": str(exc), "type": kind, "code": status, "retryable": status >= 500}})
         yield b"data: [DONE]\n\n"
 
     async def abort_request(self, request: Request) -> Response:
-        obj: AbortReq = await _read_body(request, AbortReq)
+        obj: AbortReq = await read_body(request, AbortReq)
         rids = list(self.active) if obj.abort_all else [obj.rid] if obj.rid else []
         for rid in rids:
             await self.engine.abort(rid)
@@ -466,7 +224,7 @@ class EngineServer:
         return JSONResponse(body, status_code=200 if error is None else 400)
 
     async def load_lora_adapter(self, request: Request) -> Response:
-        obj: LoadLoRAAdapterReqInput = await _read_body(request, LoadLoRAAdapterReqInput)
+        obj: LoadLoRAAdapterReqInput = await read_body(request, LoadLoRAAdapterReqInput)
         try:
             await self.engine.load_lora_adapter(obj.lora_name, obj.lora_path, pinned=obj.pinned)
         except EngineError as exc:
@@ -474,7 +232,7 @@ class EngineServer:
         return self._lora_result(None)
 
     async def unload_lora_adapter(self, request: Request) -> Response:
-        obj: UnloadLoRAAdapterReqInput = await _read_body(request, UnloadLoRAAdapterReqInput)
+        obj: UnloadLoRAAdapterReqInput = await read_body(request, UnloadLoRAAdapterReqInput)
         try:
             await self.engine.unload_lora_adapter(obj.lora_name)
         except EngineError as exc:
