@@ -40,6 +40,12 @@ class EngineArgs(BaseModel):
     )
     device: str = Field("cpu", description="Torch device the engine runs on.")
     random_seed: int = Field(0, description="Seed for requests that set no sampling_seed.")
+    num_threads: int | None = Field(
+        None,
+        description="Torch intra-op threads on CPU (default: one less than the cores, at least one, so the "
+        "event loop and the other services on the machine keep a core; multi-threaded GEMMs stall badly "
+        "when one of their threads is descheduled).",
+    )
     # --- LoRA ---
     lora_paths: list[str] = Field(
         default_factory=list,

@@ -103,7 +103,9 @@ class SamplingParams(BaseModel):
         for name in type(self).model_fields:
             if getattr(p, name) is None and getattr(defaults, name) is not None:
                 setattr(p, name, getattr(defaults, name))
-        if isinstance(p.stop, str):
+        if p.stop is None:
+            p.stop = []
+        elif isinstance(p.stop, str):
             p.stop = [p.stop]
         if isinstance(p.stop_regex, str):
             p.stop_regex = [p.stop_regex]

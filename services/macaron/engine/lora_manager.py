@@ -1,0 +1,193 @@
+"""LoRA adapters at run time: the loaded set (names, versions, limits) and the pool of slots.
+
+Like SGLang, adapters loaded in memory (bounded by max_loaded_loras) are distinct from the
+pool the forward pass reads: `max_loras_per_batch` slots of stacked A and B tensors per
+module, [layers, slots, rank, in] and [layers, slots, rank, out] (B pre-scaled and stored
+transposed). A running request holds its adapter's slot; an unreferenced, unpinned slot is
+evicted least-recently-used when another adapter needs one. Adapters of a smaller rank are
+zero-padded, so one matmul serves every slot.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+
+import torch
+
+from macaron.engine.lora_adapter import LoRAAdapter, LoRAError, read_adapter
+from macaron.engine.models.llama import LORA_MODULES, ModelShape
+
+__all__ = ["LoRAAdapter", "LoRAError", "LoRAManager", "LoRAPool"]
+_load_ids = count(1)
+
+
+@dataclass
+class LoRAPool:
+    """Stacked adapter weights the forward pass reads: slot s of module m is a[m][l][s], bt[m][l][s]."""
+
+    shape: ModelShape
+    num_slots: int
+    dtype: torch.dtype
+    device: torch.device
+    rank: int = 0
+    modules: frozenset[str] = frozenset()
+    a: dict[str, torch.Tensor] = field(default_factory=dict)
+    bt: dict[str, torch.Tensor] = field(default_factory=dict)
+    slot_adapter: list[LoRAAdapter | None] = field(default_factory=list)
+    slot_refs: list[int] = field(default_factory=list)
+    slot_last_used: list[int] = field(default_factory=list)
+    _clock: int = 0
+
+    def __post_init__(self) -> None:
+        self.slot_adapter = [None] * self.num_slots
+        self.slot_refs = [0] * self.num_slots
+        self.slot_last_used = [0] * self.num_slots
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (*self.a.values(), *self.bt.values()))
+
+    def ensure_capacity(self, rank: int, modules: frozenset[str]) -> None:
+        """Grows the stacked tensors (rank, modules) and re-copies resident adapters."""
+        if rank <= self.rank and modules <= self.modules:
+            return
+        self.rank = max(self.rank, rank)
+        self.modules = self.modules | modules
+        L, S, R = self.shape.num_layers, self.num_slots, self.rank
+        for m in self.modules:
+            in_f, out_f = self.shape.in_out(m)
+            self.a[m] = torch.zeros(L, S, R, in_f, dtype=self.dtype, device=self.device)
+            self.bt[m] = torch.zeros(L, S, R, out_f, dtype=self.dtype, device=self.device)
+        for slot, adapter in enumerate(self.slot_adapter):
+            if adapter is not None:
+                self._copy_in(adapter, slot)
+
+    def _copy_in(self, adapter: LoRAAdapter, slot: int) -> None:
+        for m in self.modules:
+            self.a[m][:, slot].zero_()
+            self.bt[m][:, slot].zero_()
+        for (layer, m), (a, b) in adapter.weights.items():
+            r = a.shape[0]
+            self.a[m][layer, slot, :r].copy_(a)
+            self.bt[m][layer, slot, :r].copy_(b.t())
+
+    def acquire(self, adapter: LoRAAdapter) -> int:
+        """Slot for `adapter` (paging it in, evicting an idle slot LRU); -1 when all slots are busy."""
+        self._clock += 1
+        slot = adapter.slot
+        if slot < 0:
+            slot = self._free_slot()
+            if slot < 0:
+                return -1
+            old = self.slot_adapter[slot]
+            if old is not None:
+                old.slot = -1
+            self.ensure_capacity(adapter.rank, adapter.target_modules)
+            self._copy_in(adapter, slot)
+            self.slot_adapter[slot] = adapter
+            adapter.slot = slot
+        self.slot_refs[slot] += 1
+        self.slot_last_used[slot] = self._clock
+        return slot
+
+    def can_acquire(self, adapter: LoRAAdapter) -> bool:
+        return adapter.slot >= 0 or self._free_slot() >= 0
+
+    def release(self, slot: int) -> None:
+        assert self.slot_refs[slot] > 0
+        self.slot_refs[slot] -= 1
+
+    def evict(self, adapter: LoRAAdapter) -> None:
+        """Drops an unloaded adapter from its slot."""
+        if adapter.slot >= 0:
+            assert self.slot_refs[adapter.slot] == 0
+            self.slot_adapter[adapter.slot] = None
+            adapter.slot = -1
+
+    def _free_slot(self) -> int:
+        empty = [s for s in range(self.num_slots) if self.slot_adapter[s] is None]
+        if empty:
+            return empty[0]
+        idle = [
+            s
+            for s in range(self.num_slots)
+            if self.slot_refs[s] == 0 and not self.slot_adapter[s].pinned  # type: ignore[union-attr]
+        ]
+        return min(idle, key=lambda s: self.slot_last_used[s]) if idle else -1
+
+
+class LoRAManager:
+    """Loaded adapters by name (versions are just names), their limits, and the slot pool."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        *,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_loras_per_batch: int,
+        max_loaded_loras: int | None,
+        max_lora_rank: int | None,
+        target_modules: list[str],
+    ) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.max_loaded_loras = max_loaded_loras
+        self.max_lora_rank = max_lora_rank
+        unknown = set(target_modules) - set(LORA_MODULES)
+        if unknown:
+            raise LoRAError(f"lora_target_modules: unknown {sorted(unknown)}; known {sorted(LORA_MODULES)}")
+        self.allowed_modules = frozenset(target_modules) if target_modules else None
+        self.adapters: dict[str, LoRAAdapter] = {}
+        self.pool = LoRAPool(shape, max_loras_per_batch, dtype, device)
+        if max_lora_rank is not None and self.allowed_modules:
+            self.pool.ensure_capacity(max_lora_rank, self.allowed_modules)
+        self.lock = threading.Lock()
+        """Guards `adapters` between the engine thread and callers that validate requests."""
+
+    def read(self, name: str, path: str | Path) -> LoRAAdapter:
+        """Reads and checks an adapter against the limits; safe to call from any thread."""
+        adapter = read_adapter(name, path, self.shape, self.dtype)
+        if self.max_lora_rank is not None and adapter.rank > self.max_lora_rank:
+            raise LoRAError(f"adapter {name!r} has rank {adapter.rank} > max_lora_rank {self.max_lora_rank}")
+        if self.allowed_modules is not None and not adapter.target_modules <= self.allowed_modules:
+            extra = sorted(adapter.target_modules - self.allowed_modules)
+            raise LoRAError(f"adapter {name!r} targets {extra}, not in lora_target_modules")
+        return adapter
+
+    def register(self, adapter: LoRAAdapter, pinned: bool = False) -> None:
+        with self.lock:
+            if adapter.name in self.adapters:
+                raise LoRAError(f"an adapter named {adapter.name!r} is already loaded; unload it or use a new version")
+            if self.max_loaded_loras is not None and len(self.adapters) >= self.max_loaded_loras:
+                raise LoRAError(f"max_loaded_loras ({self.max_loaded_loras}) adapters are loaded; unload one first")
+            adapter.pinned = pinned
+            adapter.cache_key = f"{adapter.name}#{next(_load_ids)}"
+            self.adapters[adapter.name] = adapter
+
+    def get(self, name: str) -> LoRAAdapter:
+        """The adapter a new request may use; LoRAError if unknown or being unloaded."""
+        adapter = self.adapters.get(name)
+        if adapter is None or adapter.unloading:
+            known = ", ".join(sorted(n for n, a in self.adapters.items() if not a.unloading)) or "none"
+            raise LoRAError(f"unknown adapter {name!r} (loaded: {known})")
+        return adapter
+
+    def mark_unloading(self, name: str) -> LoRAAdapter:
+        with self.lock:
+            adapter = self.get(name)
+            adapter.unloading = True
+            return adapter
+
+    def remove_if_idle(self, adapter: LoRAAdapter) -> bool:
+        """Drops an unloading adapter once no request uses it; True when gone."""
+        if adapter.num_requests > 0:
+            return False
+        with self.lock:
+            self.pool.evict(adapter)
+            if self.adapters.get(adapter.name) is adapter:
+                del self.adapters[adapter.name]
+        return True

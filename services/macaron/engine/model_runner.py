@@ -1,0 +1,145 @@
+"""Tensors in, logits out: owns the model weights and the paged KV cache, builds each step's batch.
+
+The KV cache is preallocated per layer as [num_blocks * block_size, kv_heads, head_dim]
+(memory bounded by max_total_tokens); a token's slot is block_table[pos // bs] * bs + pos % bs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from macaron.engine.lora_manager import LoRAPool
+from macaron.engine.models.layers import BatchContext
+from macaron.engine.models.llama import CausalLM, ModelShape, load_model
+from macaron.engine.sequence import Sequence
+
+
+@dataclass
+class StepInput:
+    """What the scheduler decided for one step."""
+
+    decode: list[Sequence]
+    prefill: list[tuple[Sequence, int]]
+    """(sequence, number of its tokens computed this step)."""
+
+    @property
+    def sampled(self) -> list[Sequence]:
+        """Rows that produce a token this step: decodes and prefills that reach their last token."""
+        return self.decode + [s for s, n in self.prefill if s.num_computed_tokens + n == len(s)]
+
+    def __bool__(self) -> bool:
+        return bool(self.decode or self.prefill)
+
+
+class ModelRunner:
+    """Runs the forward pass for a StepInput; returns logits [num_sampled, vocab]."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        dtype: torch.dtype,
+        device: torch.device,
+        num_blocks: int,
+        block_size: int,
+    ) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.model: CausalLM = load_model(model_dir, dtype, device)
+        self.shape: ModelShape = self.model.shape
+        s = self.shape
+        n_slots = num_blocks * block_size
+        self.kv_caches = [
+            (
+                torch.zeros(n_slots, s.num_kv_heads, s.head_dim, dtype=dtype, device=device),
+                torch.zeros(n_slots, s.num_kv_heads, s.head_dim, dtype=dtype, device=device),
+            )
+            for _ in range(s.num_layers)
+        ]
+        self._arange_bs = torch.arange(block_size, device=device)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.nbytes for p in {id(p): p for p in self.model.parameters()}.values())
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
+
+    def _slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+        bs, table = self.block_size, seq.block_table
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def _context_slots(self, tables: list[list[int]], lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Padded cache-slot index [B, L] of each row's whole context, and its validity mask."""
+        bs = self.block_size
+        max_len = max(lengths)
+        n_blocks = (max_len + bs - 1) // bs
+        padded = torch.tensor([t[:n_blocks] + [0] * (n_blocks - len(t[:n_blocks])) for t in tables], dtype=torch.long)
+        index = (padded[:, :, None] * bs + self._arange_bs).view(len(tables), -1)[:, :max_len]
+        lens = torch.tensor(lengths, dtype=torch.long)
+        mask = torch.arange(max_len)[None, :] < lens[:, None]
+        return index.to(self.device), mask.to(self.device)
+
+    def prepare(self, step: StepInput, pool: LoRAPool | None) -> tuple[torch.Tensor, BatchContext]:
+        tokens: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        row_slots: list[int] = []  # LoRA slot per token
+        for seq in step.decode:
+            pos = len(seq) - 1
+            tokens.append(seq.token_ids[pos])
+            positions.append(pos)
+            slots.append(seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size)
+            row_slots.append(seq.lora_slot)
+        decode_index = decode_mask = None
+        if step.decode:
+            decode_index, mask = self._context_slots([s.block_table for s in step.decode], [len(s) for s in step.decode])
+            decode_mask = mask[:, None, None, :]
+        logits_index = list(range(len(step.decode)))
+        prefills = []
+        for seq, n in step.prefill:
+            start = seq.num_computed_tokens
+            offset = len(tokens)
+            tokens.extend(seq.token_ids[start : start + n])
+            positions.extend(range(start, start + n))
+            slots.extend(self._slots(seq, start, start + n))
+            row_slots.extend([seq.lora_slot] * n)
+            if start == 0:
+                prefills.append((offset, n, None, None))
+            else:
+                ctx_len = start + n
+                kv_index = torch.tensor(self._slots(seq, 0, ctx_len), dtype=torch.long, device=self.device)
+                q_pos = torch.arange(start, ctx_len, device=self.device)
+                mask = torch.arange(ctx_len, device=self.device)[None, :] <= q_pos[:, None]
+                prefills.append((offset, n, kv_index, mask[None, None]))
+            if start + n == len(seq):
+                logits_index.append(offset + n - 1)
+        ctx = BatchContext(
+            positions=torch.tensor(positions, dtype=torch.long, device=self.device),
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=self.device),
+            num_decode=len(step.decode),
+            decode_kv_index=decode_index,
+            decode_mask=decode_mask,
+            prefills=prefills,
+            logits_index=torch.tensor(logits_index, dtype=torch.long, device=self.device),
+        )
+        if pool is not None and pool.rank > 0 and max(row_slots) >= 0:
+            n_cols = (max(row_slots) + 1) * pool.rank
+            col_slot = torch.arange(n_cols, device=self.device) // pool.rank
+            token_slot = torch.tensor(row_slots, dtype=torch.long, device=self.device)
+            ctx.lora_mask = (col_slot[None, :] == token_slot[:, None]).to(self.dtype)
+            ctx.lora_cols = n_cols
+        input_ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        return input_ids, ctx
+
+    @torch.inference_mode()
+    def run(self, step: StepInput, pool: LoRAPool | None) -> torch.Tensor:
+        input_ids, ctx = self.prepare(step, pool)
+        use_pool = pool if ctx.lora_mask is not None else None
+        return self.model(input_ids, ctx, self.kv_caches, use_pool)

@@ -1,0 +1,1 @@
+"""Model implementations the engine runs (Llama family: Llama, Mistral, Qwen2)."""

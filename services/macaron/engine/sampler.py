@@ -1,0 +1,102 @@
+"""Logits to token ids, per row: bias, penalties, min_new_tokens, grammar mask, greedy or sampled.
+
+Every step is batched over the rows that need it; rows that need nothing pay nothing. A sampled
+row draws one uniform number from its own torch.Generator and inverts its own CDF, so the same
+seed gives the same tokens whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from macaron.engine.grammar import apply_grammar_masks
+from macaron.engine.sequence import Sequence
+
+
+class Sampler:
+    def __init__(self, vocab_size: int, eos_token_ids: set[int]) -> None:
+        self.vocab_size = vocab_size
+        self.eos_token_ids = sorted(eos_token_ids)
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        """logits: [len(seqs), vocab] float32, modified in place."""
+        self._apply_bias_and_penalties(logits, seqs)
+        self._apply_min_new_tokens(logits, seqs)
+        apply_grammar_masks(logits, seqs)
+        greedy = [i for i, s in enumerate(seqs) if s.sampling.is_greedy]
+        if len(greedy) == len(seqs):
+            return logits.argmax(dim=-1).tolist()
+        out = torch.empty(len(seqs), dtype=torch.long)
+        if greedy:
+            gi = torch.tensor(greedy)
+            out[gi] = logits[gi].argmax(dim=-1)
+        plain = [i for i, s in enumerate(seqs) if not s.sampling.is_greedy and not _has_filters(s)]
+        filtered = [i for i, s in enumerate(seqs) if not s.sampling.is_greedy and _has_filters(s)]
+        for rows, with_filters in ((plain, False), (filtered, True)):
+            if rows:
+                ri = torch.tensor(rows)
+                out[ri] = self._sample(logits[ri], [seqs[i] for i in rows], with_filters)
+        return out.tolist()
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence], with_filters: bool) -> torch.Tensor:
+        temps = torch.tensor([s.sampling.temperature for s in seqs], dtype=logits.dtype)
+        probs = torch.softmax(logits / temps[:, None], dim=-1)
+        if with_filters:
+            probs, order = probs.sort(dim=-1, descending=True)
+            top_k = torch.tensor([min(s.sampling.top_k, self.vocab_size) for s in seqs])
+            top_p = torch.tensor([s.sampling.top_p for s in seqs], dtype=probs.dtype)
+            min_p = torch.tensor([s.sampling.min_p for s in seqs], dtype=probs.dtype)
+            ranks = torch.arange(probs.shape[1])[None, :]
+            cum = probs.cumsum(dim=-1)
+            drop = (ranks >= top_k[:, None]) | ((cum - probs) > top_p[:, None]) | (probs < min_p[:, None] * probs[:, :1])
+            drop[:, 0] = False
+            probs = probs.masked_fill(drop, 0.0)
+        cdf = probs.cumsum(dim=-1)
+        u = torch.stack([torch.rand((), generator=s.generator, dtype=cdf.dtype) for s in seqs])
+        choice = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+        choice = choice.clamp_(max=probs.shape[1] - 1)
+        # never pick a zero-probability token through rounding at the top of the CDF
+        zero = probs.gather(1, choice[:, None]).squeeze(1) <= 0
+        if zero.any():
+            choice[zero] = probs[zero].argmax(dim=-1)
+        return order.gather(1, choice[:, None]).squeeze(1) if with_filters else choice
+
+    def _apply_bias_and_penalties(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        for i, s in enumerate(seqs):
+            p = s.sampling
+            if p.logit_bias:
+                ids = torch.tensor([int(k) for k in p.logit_bias], dtype=torch.long)
+                logits[i].index_add_(0, ids, torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype))
+        rows = [i for i, s in enumerate(seqs) if s.token_counts is not None]
+        if not rows:
+            return
+        ri = torch.tensor(rows)
+        counts = torch.stack([seqs[i].token_counts for i in rows]).to(logits.dtype)  # type: ignore[misc]
+        sub = logits[ri]
+        freq = torch.tensor([seqs[i].sampling.frequency_penalty for i in rows], dtype=logits.dtype)[:, None]
+        pres = torch.tensor([seqs[i].sampling.presence_penalty for i in rows], dtype=logits.dtype)[:, None]
+        rep = torch.tensor([seqs[i].sampling.repetition_penalty for i in rows], dtype=logits.dtype)[:, None]
+        seen = counts > 0
+        sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
+        sub = sub - freq * counts - pres * seen.to(logits.dtype)
+        logits[ri] = sub
+
+    def _apply_min_new_tokens(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        for i, s in enumerate(seqs):
+            p = s.sampling
+            if s.num_output_tokens < p.min_new_tokens:
+                banned = list(p.stop_token_ids or [])
+                if not p.ignore_eos:
+                    banned += self.eos_token_ids
+                if banned:
+                    logits[i, banned] = float("-inf")
+
+
+def _has_filters(seq: Sequence) -> bool:
+    p = seq.sampling
+    return p.top_k < (1 << 30) or p.top_p < 1.0 or p.min_p > 0.0
+
+
+def needs_penalties(seq: Sequence) -> bool:
+    p = seq.sampling
+    return p.frequency_penalty != 0.0 or p.presence_penalty != 0.0 or p.repetition_penalty != 1.0
