@@ -1,11 +1,15 @@
 """`macaron router [serve|train|eval]`: the L0 router's gRPC server and its classifier tools.
 
-Plain `macaron router` serves, as the Helm chart runs it.
+Plain `macaron router` serves, as the Helm chart runs it. `train` builds the specialist
+classifier's artifact; `eval` prints its metrics on a JSONL file as one JSON object.
+Heavy imports stay inside the handlers so `macaron --help` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from macaron.router.serve_cli import add_serve_arguments
 
@@ -15,3 +19,109 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_serve_arguments(parser)
     sub = parser.add_subparsers(dest="router_command", metavar="SUBCOMMAND")
     add_serve_arguments(sub.add_parser("serve", help="Serve the L0 router over gRPC (the default)."))
+    add_train_parser(sub)
+    add_eval_parser(sub)
+
+
+def add_train_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "train",
+        help="Build the specialist classifier's artifact from the routing data (reproducible, fixed seed).",
+    )
+    p.add_argument("--data-dir", help="Folder with train.jsonl and dev.jsonl (default: ../shared/data/routing, "
+                   "or $MACARON_ROUTING_DATA).")
+    p.add_argument("--out", help="Artifact to write (default: the one shipped inside the package).")
+    p.add_argument("--seed", type=int, default=0, help="Random seed (default: 0).")
+    p.add_argument("--no-escalation", action="store_true", help="Train the fast model only (no embedding model).")
+    p.add_argument("--no-holdout", action="store_true",
+                   help="Skip the per-repository hold-out (no calibration, no measured threshold).")
+    p.add_argument("--report", help="Also write the training report (hold-out and dev metrics) as JSON here.")
+    p.set_defaults(func=_train)
+
+
+def add_eval_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "eval",
+        help="Evaluate the classifier on a JSONL file of {text|messages, label}; prints one JSON object.",
+    )
+    p.add_argument("--data", required=True, help="JSONL file, one {\"text\" or \"messages\", \"label\"} per line.")
+    p.add_argument("--artifact", help="Artifact to evaluate (default: the configured or shipped one).")
+    p.add_argument("--no-escalation", action="store_true", help="Fast path only.")
+    p.add_argument("--threshold", type=float, help="Escalation threshold (default: the artifact's).")
+    p.set_defaults(func=_eval)
+
+
+def _settings(args: argparse.Namespace):
+    from macaron.config import load_settings
+
+    return load_settings(getattr(args, "config", None)).classifier
+
+
+def _train(args: argparse.Namespace) -> int:
+    from macaron.router.classifier.errors import ClassifierError
+    from macaron.router.classifier.model import SHIPPED_ARTIFACT
+    from macaron.router.classifier.train import TrainConfig, train
+    from macaron.router.classifier.evaluate import evaluate
+    from macaron.router.classifier.decision import SpecialistClassifier
+    from macaron.router.classifier.data import find_data_dir, load_jsonl
+
+    config = TrainConfig(seed=args.seed, escalation=not args.no_escalation, holdout=not args.no_holdout)
+    try:
+        artifact = train(args.data_dir, config, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        dev = load_jsonl(find_data_dir(args.data_dir) / "dev.jsonl")
+    except ClassifierError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("evaluating on dev.jsonl", file=sys.stderr, flush=True)
+    classifier = SpecialistClassifier(artifact, _settings(args))
+    artifact.report["dev"] = evaluate(classifier, dev)
+    out = artifact.save(args.out or SHIPPED_ARTIFACT)
+    summary = {"artifact": str(out), **_headline(artifact.report)}
+    # The report travels beside the artifact (hold-out per repository, curves, dev metrics).
+    for path in filter(None, (out.with_suffix(".report.json"), args.report)):
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(artifact.report, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+    print(json.dumps(summary))
+    return 0
+
+
+def _headline(report: dict) -> dict:
+    holdout = report.get("holdout", {})
+    dev = report.get("dev", {})
+    return {
+        "dev_accuracy": dev.get("accuracy"),
+        "dev_macro_f1": dev.get("macro_f1"),
+        "dev_escalation_rate": dev.get("escalation_rate"),
+        "source_holdout_accuracy": holdout.get("mean_accuracy"),
+        "source_holdout_fast_accuracy": holdout.get("mean_fast_accuracy"),
+        "source_holdout_macro_f1": holdout.get("pooled", {}).get("macro_f1"),
+        "source_holdout_escalation_rate": holdout.get("escalation_rate"),
+        "escalation_threshold": holdout.get("threshold"),
+        "per_repository": {k: v.get("accuracy") for k, v in holdout.get("per_repository", {}).items()},
+    }
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from macaron.router.classifier.data import load_jsonl
+    from macaron.router.classifier.decision import SpecialistClassifier
+    from macaron.router.classifier.errors import ClassifierError
+    from macaron.router.classifier.evaluate import evaluate
+
+    settings = _settings(args)
+    updates = {}
+    if args.artifact:
+        updates["artifact_path"] = args.artifact
+    if args.no_escalation:
+        updates["escalation"] = False
+    if args.threshold is not None:
+        updates["escalation_threshold"] = args.threshold
+    settings = settings.model_copy(update=updates)
+    try:
+        classifier = SpecialistClassifier.load(settings)
+        examples = load_jsonl(args.data)
+    except ClassifierError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(evaluate(classifier, examples)))
+    return 0

@@ -47,7 +47,7 @@ class Bags:
         return getattr(self, name)
 
 
-def _char_ngrams(word: str, lo: int = CHAR_NGRAM_RANGE[0], hi: int = CHAR_NGRAM_RANGE[1]) -> list[str]:
+def char_ngrams(word: str, lo: int = CHAR_NGRAM_RANGE[0], hi: int = CHAR_NGRAM_RANGE[1]) -> list[str]:
     padded = f" {word} "
     n_chars = len(padded)
     grams: list[str] = []
@@ -70,7 +70,7 @@ class CharNgramCache:
         if grams is None:
             if len(self._cache) >= self._max:
                 self._cache.clear()
-            grams = _char_ngrams(word)
+            grams = char_ngrams(word)
             self._cache[word] = grams
         return grams
 
@@ -78,34 +78,39 @@ class CharNgramCache:
 _DEFAULT_CACHE = CharNgramCache()
 
 
-def structure_cues(raw: str) -> dict[str, int]:
-    """Domain-independent shape of the request: code, markup, data, length (case kept)."""
+def structure_cues(raw: str, lowered: str | None = None) -> dict[str, int]:
+    """Domain-independent shape of the request: code, markup, data, length.
+
+    Each regular expression runs only when a cheap substring test says it could match."""
+    low = raw.lower() if lowered is None else lowered
     cues: dict[str, int] = {}
-    if _FENCE_RE.search(raw):
+    multiline = "\n" in raw
+    has_paren = "(" in raw
+    if ("```" in raw or "~~~" in raw) and _FENCE_RE.search(raw):
         cues["fence"] = 1
-    if _INDENT_RE.search(raw):
+    if multiline and _INDENT_RE.search(raw):
         cues["indent"] = 1
-    if _CODE_LINE_RE.search(raw):
+    if (";" in raw or "{" in raw or "}" in raw) and _CODE_LINE_RE.search(raw):
         cues["codeline"] = 1
-    if _SIGNATURE_RE.search(raw):
+    if (has_paren or "=>" in raw or "class" in raw) and _SIGNATURE_RE.search(raw):
         cues["signature"] = 1
-    if _HTML_RE.search(raw.lower()):
+    if "<" in raw and _HTML_RE.search(low):
         cues["html"] = 1
-    if _JSON_RE.search(raw):
+    if '"' in raw and _JSON_RE.search(raw):
         cues["json"] = 1
-    if _SQL_RE.search(raw.lower()):
+    if ("select" in low or "insert" in low or "create" in low or "update" in low) and _SQL_RE.search(low):
         cues["sql"] = 1
-    if _SHELL_RE.search(raw):
+    if ("$" in raw or "sudo" in raw or "pip" in raw or "npm" in raw or "git" in raw) and _SHELL_RE.search(raw):
         cues["shell"] = 1
-    if _URL_RE.search(raw):
+    if ("http" in raw or "www." in raw) and _URL_RE.search(raw):
         cues["url"] = 1
-    if _MONEY_RE.search(raw):
+    if ("$" in raw or "€" in raw or "£" in raw) and _MONEY_RE.search(raw):
         cues["money"] = 1
     if _CAMEL_RE.search(raw):
         cues["identifier"] = 1
-    if _CALL_RE.search(raw):
+    if has_paren and "." in raw and _CALL_RE.search(raw):
         cues["dotted_call"] = 1
-    if "\n" in raw:
+    if multiline:
         cues["multiline"] = 1
     if raw.rstrip().endswith("?"):
         cues["question"] = 1
@@ -113,18 +118,28 @@ def structure_cues(raw: str) -> dict[str, int]:
     return cues
 
 
+def token_list(lowered: str) -> list[str]:
+    """Words (runs of letters, digits, _) and single punctuation marks of a lower-cased text."""
+    return _TOKEN_RE.findall(lowered)
+
+
+def char_eligible(token: str) -> bool:
+    """Character n-grams come from words only, not from punctuation or very long runs."""
+    return len(token) <= MAX_WORD_LEN_FOR_CHARS and (token[0].isalnum() or token[0] == "_")
+
+
 def analyze(text: str, char_cache: CharNgramCache | None = None) -> Bags:
     """The feature bags of one (already bounded) text."""
     cache = char_cache or _DEFAULT_CACHE
     lowered = text.lower()
-    tokens = _TOKEN_RE.findall(lowered)
+    tokens = token_list(lowered)
     words = Counter(tokens)
     chars: Counter[str] = Counter()
     for token, count in words.items():
-        if len(token) > MAX_WORD_LEN_FOR_CHARS or not (token[0].isalnum() or token[0] == "_"):
+        if not char_eligible(token):
             continue
         for gram in cache(token):
             chars[gram] += count
     bigrams = Counter(f"{a} {b}" for a, b in zip(tokens, tokens[1:]))
     words.update(bigrams)
-    return Bags(word=dict(words), char=dict(chars), struct=structure_cues(text))
+    return Bags(word=dict(words), char=dict(chars), struct=structure_cues(text, lowered))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from macaron.router.classifier.features import BLOCKS, Bags
+from macaron.router.classifier.features import BLOCKS, Bags, char_eligible, char_ngrams, structure_cues, token_list
 
 
 @dataclass
@@ -95,8 +95,8 @@ class TfidfVectorizer:
             indptr.append(indptr[-1] + len(idx))
         return sparse.csr_matrix(
             (
-                np.concatenate(indices) if indices else np.zeros(0, np.int64),
                 np.concatenate(data) if data else np.zeros(0),
+                np.concatenate(indices) if indices else np.zeros(0, np.int64),
                 np.asarray(indptr),
             ),
             shape=(len(bags), self.n_features),
@@ -105,3 +105,89 @@ class TfidfVectorizer:
 
 def bag_items(bags: Bags, block: str):
     return bags.block(block).items()
+
+
+class InferenceFeaturizer:
+    """The fast path's twin of `transform_one(analyze(text))`, same numbers, fewer Python steps.
+
+    Training builds every n-gram string; at inference most words repeat, so each word's
+    character n-grams are looked up once and kept as an array of column indices (a bounded
+    cache), and only the request's distinct words and bigrams touch the vocabulary.
+    """
+
+    def __init__(self, vectorizer: TfidfVectorizer, max_cached_words: int = 100_000) -> None:
+        self.word_vocab = vectorizer.vocab["word"]
+        self.char_vocab = vectorizer.vocab["char"]
+        self.struct_vocab = vectorizer.vocab["struct"]
+        self.idf = vectorizer.idf
+        self.weights = [vectorizer.block_weights[b] for b in BLOCKS]
+        self._word_chars: dict[str, np.ndarray] = {}
+        self._max_cached = max_cached_words
+        self._empty = np.zeros(0, dtype=np.int64)
+
+    def clear_cache(self) -> None:
+        self._word_chars.clear()
+
+    def _char_columns(self, word: str) -> np.ndarray:
+        """Column indices (with repeats) of a word's character n-grams; empty for non-words."""
+        if not char_eligible(word):
+            cols = self._empty
+        else:
+            vocab = self.char_vocab
+            found = [vocab[g] for g in char_ngrams(word) if g in vocab]
+            cols = np.asarray(found, dtype=np.int64) if found else self._empty
+        if len(self._word_chars) >= self._max_cached:
+            self._word_chars.clear()
+        self._word_chars[word] = cols
+        return cols
+
+    def _block(self, idx: np.ndarray, tf: np.ndarray, weight: float) -> np.ndarray:
+        val = (1.0 + np.log(tf)) * self.idf[idx]
+        return val * (weight / math.sqrt(float(val @ val)))
+
+    def transform(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(column indices, values) of one text, equal to the training path's row."""
+        lowered = text.lower()
+        tokens = token_list(lowered)
+        counts = Counter(tokens)
+        idx_parts: list[np.ndarray] = []
+        val_parts: list[np.ndarray] = []
+        get = self.word_vocab.get
+        cached = self._word_chars.get
+        w_idx: list[int] = []
+        w_tf: list[int] = []
+        arrays: list[np.ndarray] = []
+        repeats: list[int] = []
+        for token, n in counts.items():
+            j = get(token)
+            if j is not None:
+                w_idx.append(j)
+                w_tf.append(n)
+            cols = cached(token)
+            if cols is None:
+                cols = self._char_columns(token)
+            if cols.size:
+                arrays.append(cols)
+                repeats.append(n)
+        for (a, b), n in Counter(zip(tokens, tokens[1:])).items():
+            j = get(f"{a} {b}")
+            if j is not None:
+                w_idx.append(j)
+                w_tf.append(n)
+        if w_idx:
+            ia = np.asarray(w_idx, dtype=np.int64)
+            idx_parts.append(ia)
+            val_parts.append(self._block(ia, np.asarray(w_tf, dtype=np.float64), self.weights[0]))
+        if arrays:
+            per = np.repeat(np.asarray(repeats, dtype=np.float64), [a.size for a in arrays])
+            uniq, inverse = np.unique(np.concatenate(arrays), return_inverse=True)
+            idx_parts.append(uniq)
+            val_parts.append(self._block(uniq, np.bincount(inverse, weights=per), self.weights[1]))
+        s_idx = [self.struct_vocab[c] for c in structure_cues(text, lowered) if c in self.struct_vocab]
+        if s_idx:
+            ia = np.asarray(s_idx, dtype=np.int64)
+            idx_parts.append(ia)
+            val_parts.append(self._block(ia, np.ones(len(s_idx)), self.weights[2]))
+        if not idx_parts:
+            return self._empty, np.zeros(0)
+        return np.concatenate(idx_parts), np.concatenate(val_parts)

