@@ -15,8 +15,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "macaron.assets.cli",
     "macaron.engine.cli",
     "macaron.router.cli",
+    "macaron.specialist.cli",
     "macaron.config_cli",
     "macaron.auth.cli",
+    "macaron.gateway.cli",
+    "macaron.serve_cli",
 )
 
 

@@ -21,6 +21,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from macaron.assets.settings import AssetSettings
 from macaron.auth.settings import AuthSettings
 from macaron.engine.args import EngineArgs
+from macaron.router.classifier.settings import ClassifierSettings
+from macaron.router.settings import RouterSettings
+from macaron.gateway.settings import GatewaySettings
+from macaron.serve import ServeSettings
+from macaron.specialist.settings import SpecialistsSettings
 
 
 class MacaronSettings(BaseSettings):
@@ -30,11 +35,22 @@ class MacaronSettings(BaseSettings):
 
     assets: AssetSettings = Field(default_factory=AssetSettings, description="Built assets and their cache.")
     engine: EngineArgs = Field(default_factory=EngineArgs, description="The embedded base-weight engine.")
+    classifier: ClassifierSettings = Field(
+        default_factory=ClassifierSettings, description="The L0 router's specialist classifier."
+    )
     redis_url: str | None = Field(
         None, description="Redis for sessions, prefix affinity and limits; empty: an in-process store."
     )
     store_timeout_s: float = Field(0.25, description="Deadline of every call to the shared store (Redis).")
     auth: AuthSettings = Field(default_factory=AuthSettings, description="API keys and per-key limits.")
+    specialists: SpecialistsSettings = Field(
+        default_factory=SpecialistsSettings, description="The four specialist pools (chat, agent, code, ui)."
+    )
+    router: RouterSettings = Field(
+        default_factory=RouterSettings, description="The L0 router: specialist decision, replica placement, forwarding."
+    )
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OpenAI-compatible REST gateway.")
+    serve: ServeSettings = Field(default_factory=ServeSettings, description="`macaron serve`: the whole stack in one process.")
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,653 @@
+"""Benchmark of the L0 router: decision latency, the latency it adds, and what prefix affinity buys.
+
+    python loadtest/bench_router.py --quick    # under a minute on an idle machine
+    python loadtest/bench_router.py            # larger workload
+
+One run starts, on loopback: N embedded-engine replicas (`macaron engine`, tiny model, four
+adapters), the four specialists over all of them (one `macaron specialist` process), three
+`macaron router` processes (round_robin; and two prefix_affinity replicas A and B sharing one
+Redis, a redis-server of the bench's own), and SGLang's router `smg` (policy cache_aware) three
+times: one instance, and two instances each with its own tree. Then it measures:
+
+1. classify: the fast classifier on real prompts (dev.jsonl), in this process: p50/p99 and
+   decisions per second on one thread;
+2. route: a full routing decision in this process (RoutingCore: session read, classifier,
+   prompt rendering and hashing, one Redis snapshot read, placement) with real Redis round
+   trips, judge off (its engine call is measured by TTFT below): p50/p99;
+3. the latency the router adds: time to first token through router → specialist versus
+   straight to the specialist the router picked, for fresh prompts of the same shape,
+   alternating, one at a time: p50 difference;
+4. a multi-turn workload (sessions sharing a few long system prompts, each turn carrying the
+   whole history) forced to the chat specialist, over the N engines: prompt tokens the engines
+   served from their own prefix cache (`cached_tokens` in their answers) and mean TTFT, for
+   prefix_affinity (router A) vs round_robin; smg cache_aware on the same engines and workload
+   (the same rendered prompts, sent to /generate with the chat adapter); then two smg instances
+   (requests alternating between them, as a Service spreads them) vs routers A and B.
+   Every run carries its own salt at the head of its system prompts, so runs never share cache.
+
+Human-readable lines go to stderr; the last line on stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SMG = Path(sys.executable).parent / "smg"
+SPECIALISTS = ("chat", "agent", "code", "ui")
+START_TIMEOUT_S = 180.0
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Proc:
+    """A child process in its own session with its log file; stop() ends its group."""
+
+    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **(env or {})}, cwd=str(REPO))
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+
+def macaron(name: str, args: list[str], workdir: Path, config: Path | None = None) -> Proc:
+    argv = [sys.executable, "-m", "macaron.cli", *(["--config", str(config)] if config else []), *args]
+    return Proc(name, argv, workdir, env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+
+
+def wait_http(proc: Proc, url: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        proc.check()
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{proc.name}: {url} did not answer in time")
+
+
+def wait_grpc(proc: Proc, port: int, service: str, deadline: float) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    while time.monotonic() < deadline:
+        proc.check()
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                status = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=2).status
+            if status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{proc.name}: {service} on {port} not serving in time")
+
+
+def wait_smg(proc: Proc, url: str, n: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        proc.check()
+        try:
+            workers = httpx.get(url + "/workers", timeout=2.0).json().get("workers", [])
+            if len([w for w in workers if w.get("is_healthy")]) >= n:
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{proc.name} did not register {n} workers in time")
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    engines: list[str]
+    specialist_ports: dict[str, int]
+    routers: dict[str, int]
+    smg: dict[str, str]
+    redis_url: str
+    config: Path
+    model_dir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """SIGTERM to every process at once, then wait (SIGKILL after a grace period)."""
+        for proc in self.procs:
+            if proc.proc.poll() is None:
+                try:
+                    os.killpg(proc.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in reversed(self.procs):
+            try:
+                proc.stop()
+            except Exception as exc:  # noqa: BLE001
+                log(f"stopping {proc.name}: {exc}")
+
+
+def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
+    from macaron.assets import ensure_tiny_model
+
+    t0 = time.monotonic()
+    assets = ensure_tiny_model(cache_dir=args.cache_dir, progress=False)
+    procs: list[Proc] = []
+    stack = Stack(workdir, [], {}, {}, {}, "", workdir / "macaron.yaml", assets.model_dir, procs)
+    try:
+        redis_port = free_port()
+        procs.append(Proc("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no"], workdir))
+        stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        lora = [f"{n}={p}" for n, p in assets.adapters.items()]
+        engine_ports = [free_port() for _ in range(args.replicas)]
+        for i, port in enumerate(engine_ports):
+            procs.append(macaron(f"engine{i}", ["engine", "--host", "127.0.0.1", "--port", str(port), "--model-path",
+                                                str(assets.model_dir), "--log-level", "warning", "--lora-paths", *lora],
+                                 workdir))
+        stack.engines = [f"http://127.0.0.1:{p}" for p in engine_ports]
+        stack.specialist_ports = {n: free_port() for n in SPECIALISTS}
+        stack.routers = {name: free_port() for name in ("rr", "a", "b")}
+        config = {
+            "redis_url": stack.redis_url,
+            "specialists": {
+                "discovery": {"mode": "static", "urls": stack.engines},
+                "tokenizer_path": str(assets.model_dir),
+                **{n: {"port": p} for n, p in stack.specialist_ports.items()},
+            },
+            "router": {"pools": {n: [f"127.0.0.1:{p}"] for n, p in stack.specialist_ports.items()}, "metrics": False},
+        }
+        if args.classifier_artifact:
+            config["classifier"] = {"artifact_path": args.classifier_artifact}
+        if not args.escalation:
+            config.setdefault("classifier", {})["escalation"] = False
+        stack.config.write_text(yaml.safe_dump(config))
+        procs.append(macaron("specialists", ["specialist", "--name", "all"], workdir, stack.config))
+        for name, port in stack.routers.items():
+            policy = "round_robin" if name == "rr" else "prefix_affinity"
+            procs.append(macaron(f"router-{name}", ["router", "--port", str(port), "--policy", policy,
+                                                    "--router-id", f"bench-{name}"], workdir, stack.config))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for i, url in enumerate(stack.engines):
+            wait_http(procs[1 + i], url + "/health", deadline)
+        log(f"  engines up after {time.monotonic() - t0:.1f} s")
+        if SMG.exists():
+            for name, n in (("smg1", 1), ("smg2a", 1), ("smg2b", 1)):
+                port = free_port()
+                procs.append(Proc(name, [str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
+                                         *stack.engines, "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
+                                         "--prometheus-port", str(free_port()), "--log-level", "warn",
+                                         "--worker-startup-check-interval", "1"], workdir))
+                stack.smg[name] = f"http://127.0.0.1:{port}"
+        specialists = next(p for p in procs if p.name == "specialists")
+        for port in stack.specialist_ports.values():
+            wait_grpc(specialists, port, "macaron.v1.Specialist", deadline)
+        for name, port in stack.routers.items():
+            wait_grpc(next(p for p in procs if p.name == f"router-{name}"), port, "macaron.v1.Router", deadline)
+        for name, url in stack.smg.items():
+            wait_smg(next(p for p in procs if p.name == name), url, len(stack.engines), deadline)
+        log(f"  stack up after {time.monotonic() - t0:.1f} s ({len(stack.engines)} engines, 4 specialists, "
+            f"3 routers, {len(stack.smg)} smg)")
+        return stack
+    except BaseException:
+        stack.stop()
+        raise
+
+
+# ---------------------------------------------------------------- workload
+
+
+WORDS = ("harbour ledger invoice meeting archive customer policy refund schedule shipment warehouse contract "
+         "quarterly budget summary request approval calendar reminder document report analysis forecast region "
+         "office team project deadline priority note update review").split()
+
+
+def dev_prompts(limit: int, seed: int) -> list[str]:
+    from macaron.router.classifier.data import find_data_dir, load_jsonl
+
+    try:
+        rows = load_jsonl(find_data_dir(None) / "dev.jsonl")
+        texts = [str(r.get("text") or "") for r in rows]
+    except Exception:  # noqa: BLE001 - any text will do for latency
+        texts = []
+    texts = [t for t in texts if 20 <= len(t) <= 600] or [
+        " ".join(random.Random(i).choices(WORDS, k=30)) for i in range(200)]
+    random.Random(seed).shuffle(texts)
+    return (texts * (limit // len(texts) + 1))[:limit]
+
+
+def system_prompts(k: int, chars: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(k):
+        sentences = []
+        while sum(len(s) for s in sentences) < chars:
+            sentences.append(f"Rule {len(sentences) + 1}: " + " ".join(rng.choices(WORDS, k=12)) + ".")
+        out.append(f"You are the assistant of office {i}. " + " ".join(sentences))
+    return out
+
+
+@dataclass
+class Turn:
+    ttft_s: float
+    prompt_tokens: int
+    cached_tokens: int
+    text: str
+
+
+@dataclass
+class RunResult:
+    name: str
+    turns: list[Turn] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def cached(self) -> int:
+        return sum(t.cached_tokens for t in self.turns)
+
+    @property
+    def prompt(self) -> int:
+        return sum(t.prompt_tokens for t in self.turns)
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        return statistics.fmean(t.ttft_s for t in self.turns) * 1000 if self.turns else float("nan")
+
+
+class Senders:
+    """Sends one chat turn through our router / a specialist (gRPC) or smg (HTTP /generate)."""
+
+    def __init__(self, stack: Stack, max_new_tokens: int, tokenizer: Any) -> None:
+        import grpc
+
+        from macaron.config import load_settings
+        from macaron.specialist.profiles import load_profile
+        from macaron.v1 import router_pb2_grpc, specialist_pb2_grpc
+
+        self.stack = stack
+        self.max_new_tokens = max_new_tokens
+        self.channels = {name: grpc.aio.insecure_channel(f"127.0.0.1:{port}") for name, port in stack.routers.items()}
+        self.routers = {name: router_pb2_grpc.RouterStub(ch) for name, ch in self.channels.items()}
+        spec_channels = {n: grpc.aio.insecure_channel(f"127.0.0.1:{p}") for n, p in stack.specialist_ports.items()}
+        self.channels.update({f"spec-{n}": ch for n, ch in spec_channels.items()})
+        self.specialists = {n: specialist_pb2_grpc.SpecialistStub(ch) for n, ch in spec_channels.items()}
+        settings = load_settings(stack.config)
+        self.chat_profile = load_profile(settings.specialists, "chat")
+        self.tokenizer = tokenizer
+        self.http = httpx.AsyncClient(timeout=60.0)
+        self.last_reason = 0
+
+    def proto(self, messages: list[dict[str, str]], *, forced: bool, session: str = "") -> Any:
+        from macaron.v1 import common_pb2 as pb
+
+        roles = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT}
+        return pb.GenerateRequest(
+            messages=[pb.ChatMessage(role=roles[m["role"]], content=m["content"]) for m in messages],
+            session_id=session,
+            specialist=pb.SPECIALIST_KIND_CHAT if forced else pb.SPECIALIST_KIND_UNSPECIFIED,
+            sampling=pb.SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
+        )
+
+    async def grpc_turn(self, stub: Any, request: Any) -> tuple[Turn, str]:
+        start = time.perf_counter()
+        ttft = None
+        text, usage, specialist = [], None, ""
+        async for chunk in stub.Generate(request, timeout=120):
+            if chunk.HasField("route") and not specialist:
+                specialist = SPECIALISTS[max(0, chunk.route.specialist - 1)]
+                self.last_reason = chunk.route.reason
+            if ttft is None and (chunk.text or chunk.tool_calls or chunk.HasField("finish")):
+                ttft = time.perf_counter() - start
+            text.append(chunk.text)
+            if chunk.HasField("usage"):
+                usage = chunk.usage
+        assert ttft is not None and usage is not None
+        return Turn(ttft, usage.prompt_tokens, usage.cached_tokens, "".join(text)), specialist
+
+    async def smg_turn(self, url: str, messages: list[dict[str, str]]) -> Turn:
+        from macaron.prompting import ChatRequest, Message, render
+
+        chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
+        body = {"text": render(chat, self.chat_profile, self.tokenizer), "lora_path": self.chat_profile.lora_path,
+                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0.0}, "stream": True}
+        start = time.perf_counter()
+        ttft = None
+        last: dict[str, Any] = {}
+        async with self.http.stream("POST", url + "/generate", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                    continue
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+                last = json.loads(line[5:])
+        meta = last.get("meta_info", {})
+        return Turn(ttft or 0.0, int(meta.get("prompt_tokens", 0)), int(meta.get("cached_tokens", 0)),
+                    str(last.get("text", "")))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        for channel in self.channels.values():
+            await channel.close()
+
+
+async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
+                     users: list[str], concurrency: int) -> RunResult:
+    """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets."""
+    salt = uuid.uuid4().hex[:12]
+    result = RunResult(name)
+    gate = asyncio.Semaphore(concurrency)
+    counter = iter(range(10**9))
+
+    async def session(s: int) -> None:
+        messages = [{"role": "system", "content": f"[{salt}] {systems[s % len(systems)]}"}]
+        for t in range(turns):
+            messages.append({"role": "user", "content": users[(s * turns + t) % len(users)]})
+            target = targets[next(counter) % len(targets)]
+            async with gate:
+                try:
+                    if target.startswith("http"):
+                        turn = await senders.smg_turn(target, messages)
+                    else:
+                        turn, _ = await senders.grpc_turn(
+                            senders.routers[target], senders.proto(messages, forced=True, session=f"{salt}-{s}"))
+                except Exception as exc:  # noqa: BLE001 - counted, the run goes on
+                    result.errors += 1
+                    log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
+                    return
+            result.turns.append(turn)
+            messages.append({"role": "assistant", "content": turn.text})
+
+    await asyncio.gather(*(session(s) for s in range(sessions)))
+    rate = result.cached / result.prompt if result.prompt else 0.0
+    log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
+        f"({rate:5.1%})  mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}")
+    return result
+
+
+# ---------------------------------------------------------------- the measurements
+
+
+class Preloaded:
+    """The tokenizer and the classifier, loaded in a thread while the stack starts (not measured)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import threading
+
+        self._done = threading.Event()
+        self.tokenizer: Any = None
+        self.classifier: Any = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._load, args=(model_dir,), daemon=True).start()
+
+    def _load(self, model_dir: Path) -> None:
+        try:
+            from macaron.config import load_settings
+            from macaron.router.server import load_classifier
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+            self.classifier = load_classifier(load_settings(None))
+        except BaseException as exc:  # noqa: BLE001 - reported by get()
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def get(self) -> tuple[Any, Any]:
+        self._done.wait()
+        if self.error is not None:
+            raise self.error
+        if self.classifier is None:
+            raise SystemExit("no classifier artifact: run `macaron router train` or pass --classifier-artifact")
+        return self.tokenizer, self.classifier
+
+
+def bench_classify(classifier: Any, n: int) -> dict[str, float]:
+    texts = dev_prompts(n, seed=1)
+    for text in texts[:20]:
+        classifier.classify(messages=[{"role": "user", "content": text}])
+    times = []
+    start = time.perf_counter()
+    for text in texts:
+        t = time.perf_counter()
+        classifier.classify(messages=[{"role": "user", "content": text}])
+        times.append((time.perf_counter() - t) * 1000)
+    wall = time.perf_counter() - start
+    return {"classify_p50_ms": pct(times, 50), "classify_p99_ms": pct(times, 99), "decisions_per_s": len(texts) / wall}
+
+
+async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str], tokenizer: Any,
+                      classifier: Any) -> dict[str, float]:
+    """RoutingCore.route() in this process against the bench's Redis (judge off)."""
+    from macaron.config import load_settings
+    from macaron.discovery import StaticSource
+    from macaron.prompting import ChatRequest, Message
+    from macaron.router.routing import AdapterRef, RouteRequest, RoutingCore
+    from macaron.router.store_gate import GatedStore
+    from macaron.specialist.profiles import load_profile
+    from macaron.store import RedisStore
+
+    settings = load_settings(stack.config)
+    rs = settings.router.model_copy(update={"judge_threshold": 0.0})
+    profiles = {n_: load_profile(settings.specialists, n_) for n_ in SPECIALISTS}
+    store = GatedStore(RedisStore(stack.redis_url, key_prefix=f"bench-route-{uuid.uuid4().hex[:6]}:"))
+    core = RoutingCore(
+        rs, store=store, profiles=profiles,
+        adapters={k: AdapterRef(p.settings.adapter, p.settings.adapter_version or "") for k, p in profiles.items()},
+        tokenizer=tokenizer, discovery=StaticSource(stack.engines),
+        classifier=classifier, judge=None, router_id="bench-core",
+    )
+    await core.start()
+    times, decision = [], []
+    try:
+        for i in range(n + 10):
+            s = i % 16
+            history: list[Message] = [Message("system", systems[s % len(systems)])]
+            for t in range(i // 16 % 4 + 1):
+                history.append(Message("user", users[(s * 7 + t) % len(users)]))
+                history.append(Message("assistant", "Sure, here is what I found."))
+            history.pop()
+            req = RouteRequest(ChatRequest(tuple(history)), owner="bench", session_id=f"route-{s}", request_id=str(i))
+            route = await core.route(req)
+            route.commit()
+            route.release()
+            if i >= 10:  # warm-up excluded
+                times.append(route.route_ms)
+                decision.append(route.decision_ms)
+        await core.flush()
+    finally:
+        await core.aclose()
+        await store.close()
+    return {"route_p50_ms": pct(times, 50), "route_p99_ms": pct(times, 99), "decision_p50_ms": pct(decision, 50)}
+
+
+async def bench_added_ttft(senders: Senders, n: int, users: list[str]) -> dict[str, float]:
+    """Fresh prompts, alternating router → specialist and straight to the specialist the router chose."""
+    assert 2 * (n + 4) <= len(users), "not enough distinct prompts"
+    from macaron.v1 import common_pb2 as pb
+
+    via_router, direct, judged = [], [], []
+    for i in range(n + 4):  # distinct real prompts on both paths: none is in an engine's cache yet
+        turn, specialist = await senders.grpc_turn(
+            senders.routers["a"], senders.proto([{"role": "user", "content": users[2 * i]}], forced=False))
+        judged.append(senders.last_reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+        plain, _ = await senders.grpc_turn(
+            senders.specialists[specialist], senders.proto([{"role": "user", "content": users[2 * i + 1]}], forced=False))
+        if i >= 4:
+            via_router.append(turn.ttft_s * 1000)
+            direct.append(plain.ttft_s * 1000)
+    judged = judged[4:]
+    plain = [r - d for r, d, j in zip(via_router, direct, judged) if not j]
+    return {
+        "judged_share": sum(judged) / len(judged),
+        "router_added_ttft_ms_p50_unjudged": pct(plain, 50),
+        "router_ttft_p50_ms": pct(via_router, 50),
+        "direct_ttft_p50_ms": pct(direct, 50),
+        "router_added_ttft_ms_p50": pct(via_router, 50) - pct(direct, 50),
+    }
+
+
+async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    tokenizer, classifier = preloaded.get()
+    quick = args.quick
+    systems = system_prompts(3 if quick else 4, 900 if quick else 1500, seed=7)
+    users = list(dict.fromkeys(u[:300] for u in dev_prompts(400, seed=3)))
+
+    t = time.monotonic()
+    log("classify (fast classifier, this thread):")
+    out.update(bench_classify(classifier, 300 if quick else 1000))
+    log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s")
+
+    log(f"  ({time.monotonic() - t:.1f} s)")
+    t = time.monotonic()
+    log("route (decision + placement with Redis round trips, judge off):")
+    out.update(await bench_route(stack, 100 if quick else 500, systems, users, tokenizer, classifier))
+    log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms")
+
+    log(f"  ({time.monotonic() - t:.1f} s)")
+    t = time.monotonic()
+    senders = Senders(stack, args.max_new_tokens, tokenizer)
+    try:
+        log("router-added TTFT (router → specialist vs specialist alone):")
+        out.update(await bench_added_ttft(senders, 16 if quick else 80, users))
+        log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
+            f"added {out['router_added_ttft_ms_p50']:.1f} ms ({out['judged_share']:.0%} went to the judge; "
+            f"p50 of the pairwise difference without them {out['router_added_ttft_ms_p50_unjudged']:.1f} ms)")
+
+        log(f"  ({time.monotonic() - t:.1f} s)")
+        t = time.monotonic()
+        shape = dict(sessions=12 if quick else 32, turns=3 if quick else 5, systems=systems, users=users,
+                     concurrency=4 if quick else 8)
+        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(systems)} shared system "
+            f"prompts, {len(stack.engines)} engines):")
+        rr = await multi_turn(senders, "ours round_robin", ["rr"], **shape)
+        aff = await multi_turn(senders, "ours prefix_affinity", ["a"], **shape)
+        out["affinity_cached_tokens_over_rr"] = aff.cached / rr.cached if rr.cached else float("inf")
+        out["affinity_ttft_over_rr"] = aff.mean_ttft_ms / rr.mean_ttft_ms
+        runs = [rr, aff]
+        if stack.smg:
+            smg1 = await multi_turn(senders, "smg cache_aware x1", [stack.smg["smg1"]], **shape)
+            smg2 = await multi_turn(senders, "smg cache_aware x2", [stack.smg["smg2a"], stack.smg["smg2b"]], **shape)
+            ours2 = await multi_turn(senders, "ours prefix_affinity x2", ["a", "b"], **shape)
+            out["cached_tokens_over_smg"] = aff.cached / smg1.cached if smg1.cached else float("inf")
+            out["two_replica_cached_tokens_over_smg"] = ours2.cached / smg2.cached if smg2.cached else float("inf")
+            out["smg_ttft_ms"] = smg1.mean_ttft_ms
+            runs += [smg1, smg2, ours2]
+        else:
+            log("  smg is not installed (pip install smg): no comparison with SGLang's router")
+            out["cached_tokens_over_smg"] = None
+            out["two_replica_cached_tokens_over_smg"] = None
+        out["cache_hit_rate"] = {r.name: round(r.cached / r.prompt, 4) if r.prompt else 0.0 for r in runs}
+        out["workload_errors"] = sum(r.errors for r in runs)
+        log(f"  ({time.monotonic() - t:.1f} s)")
+    finally:
+        await senders.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Small workload; finishes in under a minute.")
+    parser.add_argument("--replicas", type=int, default=4, help="Embedded-engine replicas (default 4).")
+    parser.add_argument("--max-new-tokens", type=int, default=8, help="Output tokens per turn (default 8).")
+    parser.add_argument("--cache-dir", default=None, help="Asset cache (default: $MACARON_CACHE_DIR or ~/.cache/macaron).")
+    parser.add_argument("--classifier-artifact", default=None, help="Classifier artifact (default: the configured one).")
+    parser.add_argument("--escalation", action=argparse.BooleanOptionalAction, default=None,
+                        help="Let the classifier escalate to its embedding model as configured "
+                        "(default: yes, except with --quick, where loading it in every process costs too much).")
+    parser.add_argument("--keep", action="store_true", help="Keep the work directory (logs, config).")
+    args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
+    if shutil.which("redis-server") is None:
+        parser.error("redis-server is not on PATH")
+    if args.classifier_artifact:
+        os.environ["MACARON_CLASSIFIER__ARTIFACT_PATH"] = args.classifier_artifact
+    if args.escalation is None:
+        args.escalation = not args.quick
+    if not args.escalation:
+        os.environ["MACARON_CLASSIFIER__ESCALATION"] = "false"
+    args.cache_dir = args.cache_dir or os.environ.get("MACARON_CACHE_DIR") or None
+    if args.cache_dir is None:
+        from macaron.assets.settings import default_cache_dir
+
+        args.cache_dir = default_cache_dir()
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-router-"))
+    log(f"bench_router ({'quick' if args.quick else 'full'}), work dir {workdir}")
+    from macaron.assets import ensure_tiny_model
+
+    preloaded = Preloaded(ensure_tiny_model(cache_dir=args.cache_dir, progress=False).model_dir)
+    stack = start_stack(args, workdir)
+    try:
+        results = asyncio.run(measure(args, stack, preloaded))
+    finally:
+        t = time.monotonic()
+        stack.stop()
+        log(f"stack stopped in {time.monotonic() - t:.1f} s")
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    results["cpu_count"] = os.cpu_count()
+    results["replicas"] = args.replicas
+    results["classifier_escalation"] = args.escalation
+    results["wall_s"] = round(time.monotonic() - started, 1)
+    log(f"done in {results['wall_s']} s")
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in results.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

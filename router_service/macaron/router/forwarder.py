@@ -1,0 +1,121 @@
+"""Forwarding to the specialist pools: client-side balancing, retry before the first chunk only.
+
+Each pool is a list of gRPC targets. A `host:port` target gets its own channel and the router
+picks among them (fewest streams in flight from this router, ties in turn); a `dns:///name:port`
+target (a headless Service) is one channel whose `round_robin` policy spreads calls over every
+address the name resolves to. A call that fails with UNAVAILABLE or RESOURCE_EXHAUSTED before
+its first chunk is retried on another target (on a dns target, the balancer moves on by
+itself), up to `max_attempts` and within the caller's deadline; once a chunk went out, an error
+is the caller's. Deadlines propagate (the remaining time becomes the call's timeout), so does
+cancellation (closing the stream cancels the call), and so do trace context and request id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import AsyncIterator, Callable, Mapping, Sequence
+
+import grpc
+
+from macaron.v1 import common_pb2, specialist_pb2_grpc
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+CHANNEL_OPTIONS: list[tuple[str, object]] = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.enable_retries", 0),  # retries are ours: only before the first chunk
+]
+
+
+class Pool:
+    """One specialist pool's targets and channels."""
+
+    def __init__(self, name: str, targets: Sequence[str]) -> None:
+        if not targets:
+            raise ValueError(f"specialist pool {name} has no target")
+        self.name = name
+        self.targets = list(targets)
+        self.channels = [
+            grpc.aio.insecure_channel(
+                t, options=CHANNEL_OPTIONS + ([("grpc.lb_policy_name", "round_robin")] if t.startswith("dns:") else [])
+            )
+            for t in self.targets
+        ]
+        self.stubs = [specialist_pb2_grpc.SpecialistStub(ch) for ch in self.channels]
+        self.in_flight = [0] * len(self.targets)
+        self._turn = itertools.count()
+
+    def choose(self, tried: set[int]) -> int | None:
+        """The target for the next attempt: untried, fewest in flight, ties in turn; a dns target may repeat."""
+        left = [i for i in range(len(self.targets)) if i not in tried]
+        if not left:
+            left = [i for i in tried if self.targets[i].startswith("dns:")]
+            if not left:
+                return None
+        least = min(self.in_flight[i] for i in left)
+        tied = [i for i in left if self.in_flight[i] == least]
+        return tied[next(self._turn) % len(tied)]
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()
+
+
+class Forwarder:
+    """Streams a request from the chosen specialist pool."""
+
+    def __init__(self, pools: Mapping[str, Sequence[str]], *, max_attempts: int = 3,
+                 on_retry: Callable[[str, grpc.StatusCode], None] | None = None) -> None:
+        self.pools = {name: Pool(name, targets) for name, targets in pools.items()}
+        self.max_attempts = max(1, max_attempts)
+        self.on_retry = on_retry
+
+    async def stream(
+        self,
+        specialist: str,
+        request: common_pb2.GenerateRequest,
+        *,
+        timeout_s: float,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> AsyncIterator[common_pb2.GenerateChunk]:
+        """The pool's chunks; raises grpc.aio.AioRpcError with the specialist's status."""
+        pool = self.pools[specialist]
+        deadline = time.monotonic() + timeout_s
+        tried: set[int] = set()
+        attempt = 0
+        while True:
+            index = pool.choose(tried)
+            assert index is not None  # the first attempt always has a target
+            attempt += 1
+            call = pool.stubs[index].Generate(request, timeout=max(0.001, deadline - time.monotonic()),
+                                              metadata=tuple(metadata))
+            pool.in_flight[index] += 1
+            try:
+                try:
+                    first = await call.read()
+                except grpc.aio.AioRpcError as exc:
+                    tried.add(index)
+                    if (exc.code() in RETRYABLE and attempt < self.max_attempts
+                            and deadline - time.monotonic() > 0.01 and pool.choose(tried) is not None):
+                        if self.on_retry is not None:
+                            self.on_retry(specialist, exc.code())
+                        continue
+                    raise
+                if first is grpc.aio.EOF:
+                    return
+                yield first
+                while True:
+                    chunk = await call.read()
+                    if chunk is grpc.aio.EOF:
+                        return
+                    yield chunk
+            finally:
+                pool.in_flight[index] -= 1
+                if not call.done():
+                    call.cancel()
+
+    async def close(self) -> None:
+        for pool in self.pools.values():
+            await pool.close()

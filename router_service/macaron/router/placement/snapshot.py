@@ -1,0 +1,159 @@
+"""One store read per request fills the placement snapshot; this router's load is published apart.
+
+Load layout: one hash `load` whose fields are `<router id>|<replica>` → that router's in-flight
+requests on the replica, and `<router id>|@` → when it last published (ms). Each router writes
+absolute counts (never increments), so a lost write or a Redis restart heals at the next
+publish, and a crashed router's counts stop counting once its heartbeat is `stale_s` old.
+The read sums the live routers' counts, using this router's own live counts for itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Mapping
+
+from macaron.router.placement.types import PlacementRequest, Snapshot
+from macaron.router.prefix_index import PrefixIndex, block_keys, matched_blocks, now_ms
+from macaron.store import Store, StoreUnavailableError
+
+log = logging.getLogger(__name__)
+LOAD_KEY = "load"
+HEARTBEAT_FIELD = "@"
+
+
+class LoadTracker:
+    """This router's in-flight requests per replica, and the task that publishes them."""
+
+    def __init__(self, store: Store, router_id: str, *, heartbeat_s: float = 2.0, stale_s: float = 10.0,
+                 coalesce_s: float = 0.02) -> None:
+        if "|" in router_id:
+            raise ValueError("router_id may not contain '|'")
+        self.store = store
+        self.router_id = router_id
+        self.heartbeat_s = heartbeat_s
+        self.stale_s = stale_s
+        self.coalesce_s = coalesce_s
+        """Changes within this window go out in one write (keeps bursts off the event loop)."""
+        self.local: Counter[str] = Counter()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def begin(self, replica: str) -> None:
+        self.local[replica] += 1
+        self._changed.set()
+
+    def end(self, replica: str) -> None:
+        self.local[replica] = max(0, self.local[replica] - 1)
+        self._changed.set()
+
+    def fields(self) -> dict[str, bytes]:
+        out = {f"{self.router_id}|{r}": str(n).encode() for r, n in self.local.items()}
+        out[f"{self.router_id}|{HEARTBEAT_FIELD}"] = str(now_ms()).encode()
+        return out
+
+    async def publish(self) -> None:
+        await self.store.hset(LOAD_KEY, self.fields(), max(self.stale_s * 3, 30.0))
+
+    def merge(self, raw: Mapping[str, bytes], now: int) -> dict[str, int]:
+        """Every live router's counts summed per replica (this router's own taken live)."""
+        horizon = now - int(self.stale_s * 1000)
+        live: set[str] = set()
+        for name, value in raw.items():
+            router, _, what = name.partition("|")
+            if what == HEARTBEAT_FIELD and router != self.router_id:
+                try:
+                    if int(value) >= horizon:
+                        live.add(router)
+                except ValueError:
+                    pass
+        total: Counter[str] = Counter({r: n for r, n in self.local.items() if n})
+        for name, value in raw.items():
+            router, _, replica = name.partition("|")
+            if router in live and replica != HEARTBEAT_FIELD:
+                try:
+                    total[replica] += max(0, int(value))
+                except ValueError:
+                    pass
+        return dict(total)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="load-publisher")
+
+    async def stop(self) -> None:
+        """Ends the publisher (bounded: Python 3.11's wait_for can swallow one cancellation)."""
+        self._stopping = True
+        self._changed.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait({self._task}, timeout=2.0)
+            self._task = None
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._changed.wait(), self.heartbeat_s)
+            except asyncio.TimeoutError:
+                pass
+            if self._changed.is_set() and self.coalesce_s > 0:
+                await asyncio.sleep(self.coalesce_s)
+            self._changed.clear()
+            if self._stopping:
+                return
+            try:
+                await self.publish()
+            except StoreUnavailableError:
+                pass  # the gate reports it; the next change or heartbeat republishes
+            except Exception:  # noqa: BLE001 - the publisher never dies
+                log.exception("publishing load failed")
+
+
+class SnapshotReader:
+    """Reads load and the request's blocks in one round trip; degrades to this router's own view."""
+
+    def __init__(self, store: Store, tracker: LoadTracker, *, prefix_ttl_s: float,
+                 index: PrefixIndex | None = None) -> None:
+        self.store = store
+        self.tracker = tracker
+        self.prefix_ttl_s = prefix_ttl_s
+        self.index = index
+        """Its in-process overlay is merged into what the store says (and used alone while it is down)."""
+        self._down: dict[str, float] = {}
+
+    def mark_down(self, replica: str, cooldown_s: float = 5.0) -> None:
+        """This router saw `replica` fail: the healthy filter skips it for `cooldown_s`."""
+        self._down[replica] = time.monotonic() + cooldown_s
+
+    def down(self) -> frozenset[str]:
+        now = time.monotonic()
+        for r in [r for r, t in self._down.items() if t <= now]:
+            del self._down[r]
+        return frozenset(self._down)
+
+    async def read(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot:
+        keys = ([LOAD_KEY] if with_load else []) + block_keys(request.block_hashes)
+        if not keys:
+            return Snapshot(down=self.down())
+        hashes = request.block_hashes
+        now = now_ms()
+        try:
+            rows = await self.store.hgetall_many(keys)
+        except StoreUnavailableError:
+            local = {r: n for r, n in self.tracker.local.items() if n}
+            known = self.index.overlay(hashes, ()) if self.index is not None else ()
+            return Snapshot(load=local, prefix=matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s),
+                            total_blocks=len(hashes), down=self.down(), degraded=True)
+        load = self.tracker.merge(rows[0], now) if with_load else {}
+        stored = tuple(rows[1:] if with_load else rows)
+        known = self.index.overlay(hashes, stored) if self.index is not None else stored
+        return Snapshot(
+            load=load,
+            prefix=matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s),
+            total_blocks=len(hashes),
+            down=self.down(),
+            blocks_seen=stored,
+        )

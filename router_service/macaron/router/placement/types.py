@@ -1,0 +1,69 @@
+"""Placement's vocabulary: the request as placement sees it, the snapshot, and the plugin Protocols.
+
+As in llm-d's scheduler, a profile runs filters, then weighted scorers (each gives [0, 1] per
+replica), then one picker. Plugins are pure functions of (request, replicas, snapshot): the
+snapshot is filled by one store read before they run (`snapshot.py`), so none of them does I/O
+and each is tested with plain values. Replicas are normalized base-group URLs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Protocol, Sequence
+
+Category = Literal["affinity", "distribution", "balance"]
+
+
+class NoReplicaError(RuntimeError):
+    """No replica is left to place the request on (none discovered, or all filtered out)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    """What placement knows of a request."""
+
+    specialist: str
+    block_hashes: tuple[str, ...] = ()
+    """The rendered prompt's chained block hashes (prefix_index.block_hashes); empty when not rendered."""
+    session_replica: str | None = None
+    """The replica the session's previous turn went to."""
+    tie_key: str = ""
+    """Stable text (session, prompt head) that breaks ties the same way on every router replica."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Shared state read once per request: load, cached prefixes, failing replicas."""
+
+    load: Mapping[str, int] = field(default_factory=dict)
+    """In-flight requests per replica, summed over every live router replica."""
+    prefix: Mapping[str, int] = field(default_factory=dict)
+    """Blocks of this request's prompt each replica served recently (longest match)."""
+    total_blocks: int = 0
+    down: frozenset[str] = frozenset()
+    """Replicas this router saw fail recently."""
+    degraded: bool = False
+    """The shared store did not answer: load is this router's own, prefix is empty."""
+    blocks_seen: tuple[Mapping[str, bytes], ...] = ()
+    """The store's raw entries of the request's blocks (lets the index skip fresh writes)."""
+
+
+class Filter(Protocol):
+    name: str
+
+    def filter(self, request: PlacementRequest, replicas: Sequence[str], snapshot: Snapshot) -> list[str]: ...
+
+
+class Scorer(Protocol):
+    name: str
+    category: Category
+
+    def score(self, request: PlacementRequest, replicas: Sequence[str], snapshot: Snapshot) -> dict[str, float]:
+        """A score in [0, 1] per replica (higher is better)."""
+        ...
+
+
+class Picker(Protocol):
+    name: str
+
+    def pick(self, request: PlacementRequest, scored: Mapping[str, float], snapshot: Snapshot) -> str: ...

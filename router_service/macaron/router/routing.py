@@ -1,0 +1,385 @@
+"""The router's core, without gRPC: decide the specialist, place the request, keep shared state.
+
+`RoutingCore.route(request)` runs, for one validated request:
+
+1. the session read (one store round trip, skipped for a forced specialist or no session id),
+2. the fast classifier (skipped when forced, or inside a tool loop of a live session),
+3. the decision pipeline of `decision.py`, and the judge when the classifier is unsure,
+4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
+   hashed into blocks; one store read (load + blocks) fills the snapshot; the policy's profile
+   picks the replica,
+5. after the pick: the replica's in-flight count goes up until `Route.release()` and the prefix
+   blocks enter this router's overlay; once the first token went out (`Route.commit()`), the
+   session and the blocks are written to the store in the background, off the path to that
+   token, and only for requests that were actually served.
+
+Every store call goes through the `GatedStore`, so a dead Redis costs nothing per request:
+the route is then decided by the classifier alone, without session or affinity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Mapping, Protocol, Sequence
+
+from macaron.discovery import DiscoveryError, ReplicaSource, normalize_url
+from macaron.ports import SPECIALISTS
+from macaron.prompting import ChatRequest, render
+from macaron.router.classifier.errors import ClassificationInputError
+from macaron.router.decision import (
+    Classified,
+    Decision,
+    DecisionPolicy,
+    SessionView,
+    Unsure,
+    after_judge,
+    decide,
+    newest_user_words,
+    tool_loop_open,
+)
+from macaron.router.judge import Judge
+from macaron.router.metrics import RouterMetrics
+from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
+from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
+from macaron.router.prefix_index import PrefixIndex, adapter_seed, block_hashes
+from macaron.router.sessions import SessionStore
+from macaron.router.settings import RouterSettings
+from macaron.router.store_gate import GatedStore
+from macaron.store import StoreUnavailableError
+
+log = logging.getLogger(__name__)
+MAX_BACKGROUND_WRITES = 1024
+
+
+class ClassifierLike(Protocol):
+    """The fast classifier (macaron.router.classifier), or any object with the same call."""
+
+    def classify(self, text: str | None = None, *, messages: Any = None, tools: Any = None) -> Any: ...
+
+
+class PromptProfileLike(Protocol):
+    system_prompt: str
+    tool_call_prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRef:
+    """The adapter a specialist serves with (its prefix-hash seed)."""
+
+    name: str
+    version: str = ""
+
+    @property
+    def seed(self) -> str:
+        return adapter_seed(self.name, self.version)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """One validated request, as the core sees it."""
+
+    chat: ChatRequest
+    owner: str = "dev"
+    """Who calls (the API key's owner): namespaces sessions."""
+    session_id: str = ""
+    forced: str | None = None
+    replica_hint: str | None = None
+    """A caller's replica choice; obeyed when it is a discovered replica (InvalidHintError otherwise)."""
+    request_id: str = ""
+
+
+class InvalidHintError(ValueError):
+    """The caller's replica hint is not a discovered base-group replica."""
+
+
+@dataclass
+class Route:
+    """A routed request: the decision, the replica, and what it cost."""
+
+    decision: Decision
+    replica: str | None = None
+    placement: Placement | None = None
+    snapshot: Snapshot | None = None
+    session: SessionView | None = None
+    decision_ms: float = 0.0
+    route_ms: float = 0.0
+    degraded: bool = False
+    _release: Any = field(default=None, repr=False)
+    _commit: Any = field(default=None, repr=False)
+
+    def commit(self, served: str | None = None) -> None:
+        """The first token went out: write the session and the served prefix to the store, in the
+        background (kept off the path to that token). `served` is the replica the specialist
+        reports, when it had to use another one than the hint."""
+        if self._commit is not None:
+            self._commit(served or self.replica)
+            self._commit = None
+
+    def release(self) -> None:
+        """The forwarded stream ended: this router's in-flight count on the replica goes down."""
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+
+def classified_from(result: Any) -> Classified:
+    """The classifier's answer (an object or mapping with specialist, probabilities, confidence)."""
+    get = result.get if isinstance(result, Mapping) else lambda k, d=None: getattr(result, k, d)
+    probs = get("probabilities", None)
+    if probs is not None and not isinstance(probs, Mapping):
+        probs = dict(zip(SPECIALISTS, (float(p) for p in probs)))
+    probs = {str(k): float(v) for k, v in (probs or {}).items()}
+    specialist = str(get("specialist", "") or (max(probs, key=probs.get) if probs else ""))
+    confidence = get("confidence", None)
+    confidence = float(confidence if confidence is not None else probs.get(specialist, 0.0))
+    return Classified(specialist, probs, confidence, float(get("latency_ms", 0.0) or 0.0))
+
+
+class RoutingCore:
+    """Decision + placement + shared state for one router replica."""
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        *,
+        store: GatedStore,
+        profiles: Mapping[str, PromptProfileLike],
+        adapters: Mapping[str, AdapterRef],
+        tokenizer: Any,
+        discovery: ReplicaSource | None,
+        classifier: ClassifierLike | None,
+        judge: Judge | None,
+        router_id: str,
+        metrics: RouterMetrics | None = None,
+        policy: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.profiles = profiles
+        self.adapters = adapters
+        self.tokenizer = tokenizer
+        self.discovery = discovery
+        self.classifier = classifier
+        self.judge = judge
+        self.router_id = router_id
+        self.metrics = metrics or RouterMetrics()
+        self.policy = policy or settings.policy
+        self.decision_policy = DecisionPolicy(settings.switch_threshold, settings.judge_threshold,
+                                              settings.switch_min_words)
+        self.sessions = SessionStore(store, settings.session_ttl_s)
+        self.prefix_index = PrefixIndex(store, settings.prefix_ttl_s)
+        self.tracker = LoadTracker(store, router_id, heartbeat_s=settings.load_heartbeat_s,
+                                   stale_s=settings.load_stale_s)
+        self.snapshots = SnapshotReader(store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
+                                        index=self.prefix_index)
+        self.profile: PlacementProfile = build_profile(self.policy, settings)
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.tracker.start()
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.wait(self._background, timeout=2.0)
+        await self.tracker.stop()
+        if self.judge is not None:
+            await self.judge.aclose()
+        if self.discovery is not None:
+            await self.discovery.close()
+
+    @property
+    def degraded(self) -> bool:
+        return self.store.degraded
+
+    # ------------------------------------------------------------ deciding
+
+    async def classify(self, chat: ChatRequest) -> Classified | None:
+        """The classifier's answer on the conversation; None when there is none or it fails.
+
+        The fast path runs inline (well under a millisecond); when it is unsure and the classifier
+        escalates to its embedding model (tens of milliseconds of CPU), that call runs in a worker
+        thread, so the event loop keeps serving other requests and their store calls meanwhile.
+        """
+        c = self.classifier
+        if c is None:
+            return None
+        messages = [
+            {"role": m.role, "content": m.content,
+             **({"tool_calls": [{"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
+                                for t in m.tool_calls]} if m.tool_calls else {})}
+            for m in chat.messages
+        ]
+        tools = [t.openai_dict() for t in chat.tools] or None
+        try:
+            if getattr(c, "escalation_enabled", False):
+                fast = c.classify(messages=messages, tools=tools, escalate=False)  # type: ignore[call-arg]
+                if fast.confidence >= getattr(c, "threshold", 0.0):
+                    return classified_from(fast)
+                return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools))
+            return classified_from(c.classify(messages=messages, tools=tools))
+        except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
+            log.debug("not classifiable: %s", exc)
+            return None
+        except Exception:  # noqa: BLE001 - a classifier bug must not fail the request
+            log.exception("classifier failed; deciding without it")
+            return None
+
+    async def read_session(self, owner: str, session_id: str) -> SessionView | None:
+        if not session_id:
+            return None
+        try:
+            return await self.sessions.get(owner, session_id)
+        except StoreUnavailableError:
+            return None
+
+    async def replicas(self) -> tuple[str, ...]:
+        if self.discovery is None:
+            return ()
+        try:
+            return await self.discovery.replicas()
+        except DiscoveryError as exc:
+            log.warning("no base-group replica discovered (%s): forwarding without a replica hint", exc)
+            return ()
+
+    async def decide(self, req: RouteRequest) -> tuple[Decision, SessionView | None]:
+        """Steps 1-4: the specialist, and the session it was read from."""
+        session = None if req.forced else await self.read_session(req.owner, req.session_id)
+        tool_loop = tool_loop_open(req.chat.messages)
+        classified = None
+        if not req.forced and not (session is not None and tool_loop):
+            classified = await self.classify(req.chat)
+        outcome = decide(forced=req.forced, session=session, classified=classified, tool_loop=tool_loop,
+                         policy=self.decision_policy, new_turn_words=newest_user_words(req.chat.messages))
+        if isinstance(outcome, Unsure):
+            outcome = await self._judge(req.chat, outcome)
+        self.metrics.decisions.labels(outcome.reason, outcome.specialist).inc()
+        self.metrics.confidence.labels(outcome.reason).observe(outcome.confidence)
+        return outcome, session
+
+    async def _judge(self, chat: ChatRequest, unsure: Unsure) -> Decision:
+        if self.judge is None or self.settings.judge_threshold <= 0:
+            return after_judge(unsure, None, "is off")
+        answer, why = await self.judge.ask(chat, await self.replicas())
+        self.metrics.judge.labels("ok" if answer else ("timeout" if why.startswith("timed out") else "error")).inc()
+        return after_judge(unsure, answer, why)
+
+    # ------------------------------------------------------------ placing
+
+    def prompt_blocks(self, chat: ChatRequest, specialist: str) -> tuple[str, ...]:
+        """The chained block hashes of the prompt the specialist will send (empty if it cannot render)."""
+        profile = self.profiles.get(specialist)
+        if profile is None or self.tokenizer is None:
+            return ()
+        try:
+            text = render(chat, profile, self.tokenizer)
+        except Exception as exc:  # noqa: BLE001 - the specialist will report a bad request itself
+            log.debug("cannot render the prompt for affinity: %s", exc)
+            return ()
+        s = self.settings
+        return tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=self.adapters[specialist].seed,
+                                  max_blocks=s.prefix_max_blocks))
+
+    async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
+                    replicas: Sequence[str]) -> tuple[str | None, Placement | None, Snapshot | None, PlacementRequest]:
+        same_specialist = session is not None and session.specialist == decision.specialist
+        preq = PlacementRequest(
+            specialist=decision.specialist,
+            session_replica=session.replica if same_specialist and session else None,
+        )
+        if not replicas:
+            return None, None, None, preq
+        if req.replica_hint:
+            try:
+                wanted = normalize_url(req.replica_hint)
+            except ValueError:
+                raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not an http(s) URL") from None
+            if wanted not in replicas:
+                raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not a discovered base-group replica")
+            return wanted, None, None, preq
+        hashes = self.prompt_blocks(req.chat, decision.specialist) if self.policy == "prefix_affinity" else ()
+        # ties (nothing cached anywhere yet) go by the prompt's head, so requests sharing a system
+        # prompt meet on one replica even before the index has them; else by session, else request
+        tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
+        preq = PlacementRequest(decision.specialist, hashes, preq.session_replica, tie_key)
+        snapshot = await self.snapshots.read(preq, with_load=self.policy != "round_robin")
+        placement = self.profile.run(preq, replicas, snapshot)
+        return placement.replica, placement, snapshot, preq
+
+    async def route(self, req: RouteRequest, *, gate: Awaitable[Any] | None = None) -> Route:
+        """Decides and places one request; the caller forwards it, then calls `Route.release()`.
+
+        `gate` (e.g. the caller's rate-limit check, already running) is awaited after the decision
+        and before anything is placed or recorded: its store round trip overlaps the decision's,
+        and if it raises, the request leaves no trace.
+        """
+        t0 = time.perf_counter()
+        decision, session = await self.decide(req)
+        if gate is not None:
+            await gate
+        t1 = time.perf_counter()
+        replica, placement, snapshot, preq = await self.place(req, decision, session, await self.replicas())
+        t2 = time.perf_counter()
+        route = Route(decision, replica, placement, snapshot, session, (t1 - t0) * 1000, (t2 - t0) * 1000,
+                      degraded=self.store.degraded)
+        m = self.metrics
+        m.decision_seconds.observe(t1 - t0)
+        m.route_seconds.observe(t2 - t0)
+        route._commit = lambda served: self._record(req, decision, served, session, preq, snapshot)
+        if replica is None:
+            return route
+        m.placements.labels(self.policy, replica).inc()
+        if placement is not None and placement.guarded:
+            m.balance_overrides.inc()
+        if snapshot is not None and snapshot.total_blocks:
+            m.prefix_match.observe(snapshot.prefix.get(replica, 0) / snapshot.total_blocks)
+        self.tracker.begin(replica)
+        route._release = lambda: self.tracker.end(replica)
+        if preq.block_hashes:  # this router sees it at once; the store after the first chunk
+            self.prefix_index.remember(preq.block_hashes, replica)
+        return route
+
+    # ------------------------------------------------------------ shared state, after the pick
+
+    def _record(self, req: RouteRequest, decision: Decision, replica: str | None, session: SessionView | None,
+                preq: PlacementRequest, snapshot: Snapshot | None) -> None:
+        if preq.block_hashes and replica:
+            self.prefix_index.remember(preq.block_hashes, replica)
+        if self.store.degraded:
+            return
+        if req.session_id:
+            turns = (session.turns if session else 0) + 1
+            view = SessionView(decision.specialist, self.adapters[decision.specialist].version, replica or "", turns)
+            self._spawn(self.sessions.put(req.owner, req.session_id, view))
+        if preq.block_hashes and replica:
+            seen = snapshot.blocks_seen if snapshot is not None else ()
+            self._spawn(self.prefix_index.record(preq.block_hashes, replica, seen))
+
+    def _spawn(self, coro: Any) -> None:
+        if len(self._background) >= MAX_BACKGROUND_WRITES:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._quietly(coro))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _quietly(self, coro: Any) -> None:
+        try:
+            await coro
+        except StoreUnavailableError:
+            pass
+        except Exception:  # noqa: BLE001
+            log.exception("background store write failed")
+
+    async def flush(self) -> None:
+        """Waits for pending background writes and publishes the load now (tests and benchmarks)."""
+        while self._background:
+            await asyncio.wait(list(self._background), timeout=5.0)
+        try:
+            await self.tracker.publish()
+        except StoreUnavailableError:
+            pass

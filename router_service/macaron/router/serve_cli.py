@@ -1,0 +1,47 @@
+"""`macaron router serve` (and plain `macaron router`): the L0 router's gRPC server.
+
+Flags are generated from RouterSettings (`--policy`, `--switch-threshold`, ...) and override
+YAML and `MACARON_ROUTER__*`; `--redis-url` sets the shared store. `router/cli.py` hooks these
+two functions into its `router` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from macaron.cli_args import add_model_args, explicit_values
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Adds the serve flags (one per RouterSettings field, plus --redis-url) to `parser`."""
+    from macaron.router.settings import RouterSettings
+
+    add_model_args(parser, RouterSettings)
+    parser.add_argument("--redis-url", dest="redis_url", default=argparse.SUPPRESS,
+                        help="Redis for sessions, affinity, load and limits (redis_url); empty: in-process store.")
+    parser.set_defaults(func=run_serve)
+    return parser
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Resolves the settings, then serves until SIGTERM/SIGINT (and drains)."""
+    from macaron.config import ConfigError, load_settings
+    from macaron.router.settings import RouterSettings
+
+    overrides: dict = {}
+    router = explicit_values(args, RouterSettings)
+    if router:
+        overrides["router"] = router
+    if getattr(args, "redis_url", None):
+        overrides["redis_url"] = args.redis_url
+    try:
+        settings = load_settings(getattr(args, "config", None), overrides=overrides)
+    except (ConfigError, ValueError) as exc:
+        print(f"macaron router: {exc}", file=sys.stderr)
+        return 2
+    from macaron.router.server import serve
+
+    asyncio.run(serve(settings))
+    return 0

@@ -1,0 +1,227 @@
+"""The `macaron.v1.Router` servicer: authenticate, validate, route (RoutingCore), forward (Forwarder), stream.
+
+Thin: protobuf ↔ domain and the status mapping live here, nothing else. API keys come in the
+metadata (`authorization: Bearer <key>` or `x-api-key`) and go through the shared
+`macaron.auth.Guard`. Statuses: UNAUTHENTICATED (key), RESOURCE_EXHAUSTED with
+google.rpc.RetryInfo (over the key's limit), INVALID_ARGUMENT (bad request), and the
+specialist's own status for anything after routing (passed through with its trailers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+from opentelemetry import trace
+
+from macaron import telemetry
+from macaron.auth import AuthError, Guard, Principal, RateLimitedError
+from macaron.ports import SPECIALISTS
+from macaron.prompting.convert import request_from_proto
+from macaron.prompting.messages import RequestError
+from macaron.router.decision import Decision
+from macaron.router.forwarder import Forwarder
+from macaron.router.routing import InvalidHintError, RouteRequest, RoutingCore
+from macaron.router.sessions import MAX_SESSION_ID_LENGTH
+from macaron.v1 import common_pb2 as pb
+from macaron.v1 import router_pb2, router_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+KIND_BY_NAME: dict[str, int] = {
+    "chat": pb.SPECIALIST_KIND_CHAT, "agent": pb.SPECIALIST_KIND_AGENT,
+    "code": pb.SPECIALIST_KIND_CODE, "ui": pb.SPECIALIST_KIND_UI,
+}
+NAME_BY_KIND = {v: k for k, v in KIND_BY_NAME.items()}
+REASONS = {
+    "explicit": pb.ROUTE_REASON_EXPLICIT,
+    "session": pb.ROUTE_REASON_SESSION,
+    "classifier": pb.ROUTE_REASON_CLASSIFIER,
+    "judge": pb.ROUTE_REASON_JUDGE,
+    "fallback": pb.ROUTE_REASON_DEFAULT,
+}
+RETRY_AFTER_MS_KEY = "retry-after-ms"
+
+
+class Abort(Exception):
+    """A status to end the call with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailers: tuple[tuple[str, str | bytes], ...] = ()) -> None:
+        super().__init__(details)
+        self.code, self.details, self.trailers = code, details, trailers
+
+
+def rate_limited(message: str, retry_after_s: float) -> Abort:
+    """RESOURCE_EXHAUSTED with google.rpc.RetryInfo and a retry-after-ms trailer."""
+    delay = duration_pb2.Duration()
+    delay.FromMilliseconds(max(1, int(retry_after_s * 1000)))
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=message, details=[detail])
+    converted = rpc_status.to_status(status)
+    return Abort(converted.code, converted.details,
+                 tuple(converted.trailing_metadata) + ((RETRY_AFTER_MS_KEY, str(int(retry_after_s * 1000))),))
+
+
+def api_key(metadata: dict[str, str]) -> str | None:
+    """The key from `authorization: Bearer <key>` or `x-api-key: <key>`."""
+    auth = metadata.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return metadata.get("x-api-key") or None
+
+
+def decision_to_proto(decision: Decision, replica: str | None = None) -> pb.RouteDecision:
+    return pb.RouteDecision(
+        specialist=KIND_BY_NAME[decision.specialist],
+        reason=REASONS[decision.reason],
+        confidence=decision.confidence,
+        replica=replica or "",
+        detail=decision.detail,
+    )
+
+
+class RouterServicer(router_pb2_grpc.RouterServicer):
+    """Generate and Classify over one RoutingCore and Forwarder."""
+
+    def __init__(self, core: RoutingCore, forwarder: Forwarder, guard: Guard, *, default_timeout_s: float = 600.0,
+                 max_messages: int = 1024, max_tools: int = 128) -> None:
+        self.core = core
+        self.forwarder = forwarder
+        self.guard = guard
+        self.default_timeout_s = default_timeout_s
+        self.max_messages = max_messages
+        self.max_tools = max_tools
+
+    # ------------------------------------------------------------ shared steps
+
+    def _authenticate(self, metadata: dict[str, str]) -> Principal:
+        try:
+            return self.guard.authenticate(api_key(metadata))
+        except AuthError as exc:
+            raise Abort(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+
+    async def _check_limit(self, principal: Principal) -> None:
+        try:
+            await self.guard.check_limit(principal)
+        except RateLimitedError as exc:
+            raise rate_limited(str(exc), exc.retry_after_s) from None
+
+    async def _admit(self, metadata: dict[str, str]) -> Principal:
+        principal = self._authenticate(metadata)
+        await self._check_limit(principal)
+        return principal
+
+    def _route_request(self, request: pb.GenerateRequest, principal: Principal, request_id: str) -> RouteRequest:
+        try:
+            chat = request_from_proto(request, max_messages=self.max_messages, max_tools=self.max_tools)
+        except RequestError as exc:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        forced = None
+        if request.specialist != pb.SPECIALIST_KIND_UNSPECIFIED:
+            forced = NAME_BY_KIND.get(request.specialist)
+            if forced is None:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"specialist {request.specialist} is not one of "
+                                                              f"{', '.join(SPECIALISTS)} (or unspecified)")
+        if len(request.session_id) > MAX_SESSION_ID_LENGTH:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"session_id has {len(request.session_id)} characters; at most {MAX_SESSION_ID_LENGTH} are allowed")
+        return RouteRequest(chat, owner=principal.name, session_id=request.session_id, forced=forced,
+                            replica_hint=request.engine_replica_hint or None, request_id=request_id)
+
+    def _count(self, method: str, code: grpc.StatusCode) -> None:
+        self.core.metrics.requests.labels(method, code.name).inc()
+
+    # ------------------------------------------------------------ RPCs
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateChunk]:
+        metadata = telemetry.metadata_to_dict(context.invocation_metadata())
+        request_id = telemetry.bind_request_id(request.request_id or metadata.get(telemetry.REQUEST_ID_KEY))
+        span = telemetry.tracer(__name__).start_span("router.Generate", context=telemetry.extract(metadata))
+        route = None
+        abort: Abort | None = None
+        self.core.metrics.in_flight.inc()
+        limit: asyncio.Future[None] | None = None
+        try:
+            principal = self._authenticate(metadata)
+            # the limit's store round trip runs while the request is validated and decided
+            limit = asyncio.ensure_future(self._check_limit(principal))
+            req = self._route_request(request, principal, request_id)
+            try:
+                route = await self.core.route(req, gate=limit)
+            except InvalidHintError as exc:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            d = route.decision
+            span.set_attribute("specialist", d.specialist)
+            span.set_attribute("route.reason", d.reason)
+            forward = pb.GenerateRequest()
+            forward.CopyFrom(request)
+            forward.request_id = request_id
+            forward.specialist = KIND_BY_NAME[d.specialist]
+            forward.route.CopyFrom(decision_to_proto(d))
+            forward.engine_replica_hint = route.replica or ""
+            remaining = context.time_remaining()
+            timeout = self.default_timeout_s if remaining is None else remaining
+            with trace.use_span(span, end_on_exit=False):  # the specialist's span becomes this one's child
+                outgoing = telemetry.inject({})
+            first, served = True, None
+            async for chunk in self.forwarder.stream(d.specialist, forward, timeout_s=timeout,
+                                                     metadata=list(outgoing.items())):
+                yield chunk
+                if first:
+                    first = False
+                    served = chunk.route.replica or None
+                    if route.replica and served and served != route.replica:
+                        self.core.snapshots.mark_down(route.replica)  # the specialist had to go elsewhere
+                if chunk.text or chunk.tool_calls or chunk.HasField("finish"):
+                    route.commit(served)  # once, after the first token: store writes stay off its path
+        except Abort as exc:
+            abort = exc
+        except grpc.aio.AioRpcError as exc:  # the specialist's status, passed through
+            abort = Abort(exc.code(), exc.details() or "", tuple(exc.trailing_metadata() or ()))
+        finally:
+            if limit is not None:
+                if not limit.done():
+                    limit.cancel()
+                elif not limit.cancelled():
+                    limit.exception()  # retrieved: a limit hit after a bad request is not a second error
+            self.core.metrics.in_flight.dec()
+            if route is not None:
+                route.release()
+            span.end()
+        if abort is None:
+            self._count("Generate", grpc.StatusCode.OK)
+            return
+        self._count("Generate", abort.code)
+        log.info("request %s: %s %s", request_id, abort.code.name, abort.details)
+        await context.abort(abort.code, abort.details, abort.trailers)
+
+    async def Classify(
+        self, request: router_pb2.ClassifyRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.ClassifyResponse:
+        metadata = telemetry.metadata_to_dict(context.invocation_metadata())
+        request_id = telemetry.bind_request_id(request.request.request_id or metadata.get(telemetry.REQUEST_ID_KEY))
+        t0 = time.perf_counter()
+        try:
+            principal = await self._admit(metadata)
+            req = self._route_request(request.request, principal, request_id)
+            decision, _ = await self.core.decide(req)
+        except Abort as exc:
+            self._count("Classify", exc.code)
+            await context.abort(exc.code, exc.details, exc.trailers)
+            raise  # unreachable: abort raises
+        response = router_pb2.ClassifyResponse(route=decision_to_proto(decision),
+                                               decision_ms=(time.perf_counter() - t0) * 1000)
+        if decision.classified is not None:
+            for name in SPECIALISTS:
+                response.probabilities.add(specialist=KIND_BY_NAME[name], probability=decision.classified.p(name))
+        self._count("Classify", grpc.StatusCode.OK)
+        return response

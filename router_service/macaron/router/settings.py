@@ -1,0 +1,132 @@
+"""Settings of the L0 router: where it listens, how it decides, how it places, how it forwards.
+
+`MacaronSettings.router` holds one `RouterSettings`; every field is documented by its
+description (docs/configuration.md is generated from them). Importing this module stays light
+(pydantic only): the configuration imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from macaron.discovery import DiscoverySettings
+from macaron.discovery_k8s import EndpointSliceSettings
+from macaron.ports import ROUTER_PORT
+
+Policy = Literal["round_robin", "least_load", "prefix_affinity"]
+
+
+class PoolTargets(BaseModel):
+    """gRPC targets of each specialist pool; the router balances over a pool's targets itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chat: list[str] = Field(
+        default_factory=list,
+        description="Targets of the chat pool: `host:port` entries (one channel each) or one "
+        "`dns:///name:port` (a headless Service, round-robin over its addresses); "
+        "empty: 127.0.0.1 on specialists.chat.port.",
+    )
+    agent: list[str] = Field(default_factory=list, description="Targets of the agent pool (as for chat).")
+    code: list[str] = Field(default_factory=list, description="Targets of the code pool (as for chat).")
+    ui: list[str] = Field(default_factory=list, description="Targets of the ui pool (as for chat).")
+
+
+class PlacementWeights(BaseModel):
+    """Weights of the prefix_affinity policy's scorers (each scorer gives [0, 1] per replica)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefix: float = Field(3.0, description="Weight of the longest cached prefix (matched blocks / prompt blocks).")
+    home: float = Field(
+        1.5,
+        description="Weight of the prompt head's home replica (a rendezvous hash of the first block): routers "
+        "agree on prompts the index does not know yet; above the load weight, so load acts through the balance guard.",
+    )
+    load: float = Field(1.0, description="Weight of in-flight load (1 for the least loaded, 0 for the most).")
+    session: float = Field(
+        2.0,
+        description="Weight of the session's previous replica (1 for it, 0 for others); above the load weight, "
+        "so a conversation stays with its cache unless the balance guard finds that replica overloaded.",
+    )
+
+
+class RouterSettings(BaseModel):
+    """The L0 router: decision (explicit > session > classifier > judge > chat), placement, forwarding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # --- server ---
+    host: str = Field("127.0.0.1", description="Address the router's gRPC server binds to.")
+    port: int = Field(ROUTER_PORT, description="gRPC port; Prometheus metrics are served on port + 1000.")
+    metrics: bool = Field(True, description="Serve Prometheus metrics on port + 1000.")
+    grace_period_s: float = Field(10.0, description="On SIGTERM, seconds in-flight streams get to finish.")
+    router_id: str | None = Field(
+        None, description="This replica's name in shared load counters; empty: host name, pid and a random suffix."
+    )
+    # --- deciding the specialist ---
+    session_ttl_s: float = Field(
+        1800.0, description="Seconds a session's specialist and replica are kept after its last request (sliding)."
+    )
+    switch_threshold: float = Field(
+        0.8,
+        description="A session leaves its specialist only when the classifier gives another specialist at "
+        "least this probability (hysteresis); never while a tool loop is open.",
+    )
+    switch_min_words: int = Field(
+        3,
+        description="A new turn with fewer words never switches a session's specialist (continuations such as "
+        "'ok', 'and then?' or 'continue' carry no domain, whatever the classifier says of them).",
+    )
+    judge_threshold: float = Field(
+        0.5,
+        description="Below this classifier confidence, the L0 chat adapter judges on the engine (0: never judge).",
+    )
+    judge_timeout_s: float = Field(
+        0.5, description="Deadline of the judge's engine call; on timeout or error the request goes to chat."
+    )
+    judge_max_chars: int = Field(
+        1500, description="The judge sees at most this many characters of the newest user turn (its tail is cut)."
+    )
+    # --- placing it on a replica ---
+    policy: Policy = Field(
+        "prefix_affinity",
+        description="Replica choice: round_robin, least_load (in-flight requests shared in Redis), or "
+        "prefix_affinity (weighted prefix, load and session scorers with a balance guard).",
+    )
+    weights: PlacementWeights = Field(default_factory=PlacementWeights, description="Scorer weights of prefix_affinity.")
+    prefix_block_chars: int = Field(
+        256, description="Characters per block of the rendered prompt; each block's hash chains all before it."
+    )
+    prefix_max_blocks: int = Field(128, description="Most blocks of a prompt hashed and looked up (its head).")
+    prefix_ttl_s: float = Field(
+        600.0, description="Seconds a block is remembered on the replica that served it (about the engine cache's life)."
+    )
+    balance_abs_threshold: int = Field(
+        8,
+        description="Balance guard: the cache-best replica is overloaded when it has this many more in-flight "
+        "requests than the least loaded one ...",
+    )
+    balance_rel_threshold: float = Field(
+        1.5, description="... and more than this factor times its load; then the least loaded one is taken."
+    )
+    load_heartbeat_s: float = Field(2.0, description="How often this router republishes its in-flight counts.")
+    load_stale_s: float = Field(10.0, description="In-flight counts of a router silent this long are ignored.")
+    store_retry_s: float = Field(
+        1.0, description="While Redis is unreachable, it is skipped and probed again after this many seconds."
+    )
+    discovery: DiscoverySettings | None = Field(
+        None, description="How the router finds base-group replicas; empty: the same as specialists.discovery."
+    )
+    kubernetes: EndpointSliceSettings = Field(
+        default_factory=EndpointSliceSettings,
+        description="Discovery through the Kubernetes API (EndpointSlices of a Service); overrides `discovery` when enabled.",
+    )
+    # --- forwarding ---
+    pools: PoolTargets = Field(default_factory=PoolTargets, description="Where each specialist pool listens.")
+    max_attempts: int = Field(
+        3, description="Attempts on distinct pool replicas, only before the first chunk (UNAVAILABLE, RESOURCE_EXHAUSTED)."
+    )
+    default_timeout_s: float = Field(600.0, description="Deadline of a forwarded call when the caller set none.")

@@ -1,0 +1,133 @@
+"""The shared store behind a breaker: a dead Redis costs one short deadline, then nothing.
+
+`GatedStore` implements `macaron.store.Store` around another store. The first failure marks it
+degraded; while degraded every call raises StoreUnavailableError at once (no deadline paid per
+request) and a background probe pings every `retry_s` until Redis answers, then state is shared
+again. Sessions, affinity, load and the auth guard's limits all go through one gate, so the
+router reports one `degraded` flag in health and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
+
+from macaron.store import RateLimitResult, Store, StoreUnavailableError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class GatedStore:
+    """A Store that stops calling a dead backend until a probe sees it answer again."""
+
+    def __init__(self, store: Store, *, retry_s: float = 1.0,
+                 on_change: Callable[[bool], None] | None = None) -> None:
+        self.store = store
+        self.retry_s = retry_s
+        self.degraded = False
+        self.errors = 0
+        self._on_change = on_change
+        self._probe: asyncio.Task[None] | None = None
+        self._since = 0.0
+        self._closed = False
+
+    def mark_unavailable(self, why: str) -> None:
+        """Degrades now (e.g. no answer at start-up) and probes until the store answers."""
+        self._set(True, why)
+        self._start_probe()
+
+    def _set(self, degraded: bool, why: str = "") -> None:
+        if degraded == self.degraded:
+            return
+        self.degraded = degraded
+        if degraded:
+            self._since = time.monotonic()
+            log.warning("shared store unavailable (%s): routing without sessions and affinity", why)
+        else:
+            log.info("shared store is back after %.1f s: sessions and affinity are shared again",
+                     time.monotonic() - self._since)
+        if self._on_change is not None:
+            self._on_change(degraded)
+
+    async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        if self.degraded:
+            raise StoreUnavailableError("shared store marked unavailable; skipped")
+        try:
+            return await make()
+        except StoreUnavailableError as exc:
+            self.errors += 1
+            if not self.degraded:
+                self._set(True, str(exc))
+                await self._reset_connections()
+            self._start_probe()
+            raise
+
+    async def _reset_connections(self) -> None:
+        """Drops pooled connections to the dead server, so none of them fails once more after it is back."""
+        reset = getattr(self.store, "reset", None)
+        if reset is None:  # RedisStore has no reset(): its client's pool, when it has one
+            pool = getattr(getattr(self.store, "_redis", None), "connection_pool", None)
+            reset = getattr(pool, "disconnect", None)
+        if reset is not None:
+            try:
+                await reset()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _start_probe(self) -> None:
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._probe_loop())
+
+    async def _probe_loop(self) -> None:
+        while self.degraded and not self._closed:
+            await asyncio.sleep(self.retry_s)
+            try:
+                if await self.store.ping():
+                    self._set(False)
+            except Exception:  # noqa: BLE001 - a probe never raises
+                pass
+
+    # ------------------------------------------------------------ Store
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._call(lambda: self.store.get(key))
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self._call(lambda: self.store.set(key, value, ttl_s))
+
+    async def delete(self, *keys: str) -> None:
+        await self._call(lambda: self.store.delete(*keys))
+
+    async def expire(self, key: str, ttl_s: float) -> None:
+        await self._call(lambda: self.store.expire(key, ttl_s))
+
+    async def hset(self, key: str, mapping: Mapping[str, bytes], ttl_s: float) -> None:
+        await self._call(lambda: self.store.hset(key, mapping, ttl_s))
+
+    async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
+        return await self._call(lambda: self.store.hgetall_many(keys))
+
+    async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
+        return await self._call(lambda: self.store.hincrby(key, field, amount, ttl_s))
+
+    async def rate_limit(self, key: str, limit: int, window_s: float, cost: int = 1) -> RateLimitResult:
+        return await self._call(lambda: self.store.rate_limit(key, limit, window_s, cost))
+
+    async def ping(self) -> bool:
+        try:
+            ok = await self.store.ping()
+        except Exception:  # noqa: BLE001
+            ok = False
+        if ok:
+            self._set(False)
+        return ok
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._probe is not None:
+            self._probe.cancel()
+            await asyncio.wait({self._probe}, timeout=1.0)
+        await self.store.close()

@@ -1,0 +1,169 @@
+"""Placement units as table tests: scorers, pickers, the balance guard, profiles, the prefix chain, the load merge."""
+
+from __future__ import annotations
+
+import pytest
+
+from macaron.router.placement import PlacementProfile, PlacementRequest, Snapshot, WeightedScorer, build_profile
+from macaron.router.placement.filters import HealthyFilter
+from macaron.router.placement.pickers import BalanceGuard, MaxScorePicker, RoundRobinPicker, rendezvous
+from macaron.router.placement.scorers import LoadScorer, PrefixHomeScorer, PrefixScorer, SessionScorer
+from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
+from macaron.router.placement.types import NoReplicaError
+from macaron.router.prefix_index import PrefixIndex, block_hashes, block_keys, matched_blocks, now_ms
+from macaron.router.settings import RouterSettings
+from macaron.store import MemoryStore
+
+A, B, C = "http://a:1", "http://b:1", "http://c:1"
+REQ = PlacementRequest("chat", tie_key="k")
+
+
+@pytest.mark.parametrize(
+    ("load", "expected"),
+    [
+        ({A: 0, B: 0, C: 0}, {A: 1.0, B: 1.0, C: 1.0}),
+        ({A: 0, B: 5, C: 10}, {A: 1.0, B: 0.5, C: 0.0}),
+        ({B: 4}, {A: 1.0, B: 0.0, C: 1.0}),
+    ],
+)
+def test_load_scorer(load, expected) -> None:
+    assert LoadScorer().score(REQ, [A, B, C], Snapshot(load=load)) == expected
+
+
+@pytest.mark.parametrize(
+    ("prefix", "total", "expected"),
+    [
+        ({A: 4, B: 2}, 4, {A: 1.0, B: 0.5, C: 0.0}),
+        ({}, 4, {A: 0.0, B: 0.0, C: 0.0}),
+        ({A: 3}, 0, {A: 0.0, B: 0.0, C: 0.0}),
+    ],
+)
+def test_prefix_scorer(prefix, total, expected) -> None:
+    assert PrefixScorer().score(REQ, [A, B, C], Snapshot(prefix=prefix, total_blocks=total)) == expected
+
+
+def test_session_scorer() -> None:
+    req = PlacementRequest("chat", session_replica=B)
+    assert SessionScorer().score(req, [A, B], Snapshot()) == {A: 0.0, B: 1.0}
+    assert SessionScorer().score(REQ, [A, B], Snapshot()) == {A: 0.0, B: 0.0}
+
+
+def test_prefix_home_scorer_is_the_same_everywhere_and_spreads_heads() -> None:
+    scorer = PrefixHomeScorer()
+    req = PlacementRequest("chat", block_hashes=("head", "next"))
+    scores = scorer.score(req, [A, B, C], Snapshot())
+    assert sorted(scores.values()) == [0.0, 0.0, 1.0]
+    assert scorer.score(req, [C, B, A], Snapshot()) == scores  # candidate order does not matter
+    assert scorer.score(REQ, [A, B], Snapshot()) == {A: 0.0, B: 0.0}  # no block: no home
+    homes = {max(scorer.score(PlacementRequest("chat", (f"h{i}",)), [A, B, C], Snapshot()).items(),
+                 key=lambda kv: kv[1])[0] for i in range(40)}
+    assert homes == {A, B, C}
+
+
+def test_max_score_picker_breaks_ties_by_load_then_the_same_hash_everywhere() -> None:
+    picker = MaxScorePicker()
+    assert picker.pick(REQ, {A: 1.0, B: 2.0}, Snapshot()) == B
+    assert picker.pick(REQ, {A: 1.0, B: 1.0}, Snapshot(load={A: 3, B: 1})) == B
+    tied = picker.pick(REQ, {A: 1.0, B: 1.0, C: 1.0}, Snapshot())
+    assert tied == rendezvous("k", [A, B, C]) == MaxScorePicker().pick(REQ, {C: 1.0, A: 1.0, B: 1.0}, Snapshot())
+    spread = {picker.pick(PlacementRequest("chat", tie_key=f"s{i}"), {A: 0, B: 0, C: 0}, Snapshot()) for i in range(40)}
+    assert spread == {A, B, C}
+
+
+def test_round_robin_picker_cycles() -> None:
+    picker = RoundRobinPicker()
+    assert [picker.pick(REQ, {B: 0, A: 0}, Snapshot()) for _ in range(4)] == [A, B, A, B]
+
+
+@pytest.mark.parametrize(
+    ("load", "expected"),
+    [
+        ({A: 20, B: 2}, B),   # 18 more and 10x: overloaded
+        ({A: 9, B: 2}, A),    # 7 more: within the absolute threshold
+        ({A: 30, B: 25}, A),  # 5 more
+        ({A: 11, B: 0}, B),
+    ],
+)
+def test_balance_guard(load, expected) -> None:
+    assert BalanceGuard(abs_threshold=8, rel_threshold=1.5).apply(A, [A, B], Snapshot(load=load)) == expected
+
+
+def test_healthy_filter_keeps_all_when_all_are_down() -> None:
+    f = HealthyFilter()
+    assert f.filter(REQ, [A, B], Snapshot(down=frozenset({A}))) == [B]
+    assert f.filter(REQ, [A, B], Snapshot(down=frozenset({A, B}))) == [A, B]
+
+
+def test_profile_weights_and_refusals() -> None:
+    profile = PlacementProfile(
+        "p", [HealthyFilter()], [WeightedScorer(PrefixScorer(), 3.0), WeightedScorer(LoadScorer(), 1.0)],
+        MaxScorePicker(), BalanceGuard(8, 1.5),
+    )
+    # cache-best wins over a small load difference ...
+    snap = Snapshot(load={A: 3, B: 0}, prefix={A: 4}, total_blocks=4)
+    placed = profile.run(REQ, [A, B], snap)
+    assert placed.replica == A and placed.scores == {A: 3.0, B: 1.0} and not placed.guarded
+    # ... but not over an overload
+    placed = profile.run(REQ, [A, B], Snapshot(load={A: 12, B: 0}, prefix={A: 4}, total_blocks=4))
+    assert placed.replica == B and placed.guarded
+    with pytest.raises(ValueError):
+        WeightedScorer(LoadScorer(), 0)
+    with pytest.raises(NoReplicaError):
+        profile.run(REQ, [], Snapshot())
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "least_load", "prefix_affinity"])
+def test_policies_build(policy) -> None:
+    profile = build_profile(policy, RouterSettings())
+    assert profile.run(REQ, [A, B], Snapshot()).replica in (A, B)
+    with pytest.raises(ValueError):
+        build_profile("random", RouterSettings())
+
+
+def test_block_hash_chain() -> None:
+    text = "x" * 100 + "y" * 100 + "z" * 50
+    h = block_hashes(text, block_chars=100, seed="chat", max_blocks=10)
+    assert len(h) == 2  # only full blocks
+    assert block_hashes(text + "more", block_chars=100, seed="chat", max_blocks=10) == h
+    assert block_hashes(text, block_chars=100, seed="code", max_blocks=10)[0] != h[0]  # per adapter
+    assert block_hashes(text, block_chars=100, seed="chat@v2", max_blocks=10)[0] != h[0]  # per version
+    other = block_hashes("w" * 100 + "y" * 100, block_chars=100, seed="chat", max_blocks=10)
+    assert other[1] != h[1]  # the chain: the same block after another prefix hashes differently
+    assert block_hashes(text, block_chars=100, seed="chat", max_blocks=1) == h[:1]
+
+
+def test_matched_blocks_takes_the_deepest_fresh_block() -> None:
+    now = now_ms()
+    old = str(now - 700_000).encode()
+    fresh = str(now).encode()
+    blocks = [{A: fresh, B: fresh}, {A: fresh, B: old}, {A: fresh}, {}]
+    assert matched_blocks(blocks, now=now, ttl_s=600) == {A: 3, B: 1}
+
+
+async def test_index_and_snapshot_round_trip_on_a_store() -> None:
+    store = MemoryStore()
+    tracker = LoadTracker(store, "r1")
+    reader = SnapshotReader(store, tracker, prefix_ttl_s=600)
+    index = PrefixIndex(store, ttl_s=600)
+    hashes = tuple(block_hashes("a" * 1000, block_chars=100, seed="chat", max_blocks=64))
+    req = PlacementRequest("chat", hashes)
+    assert (await reader.read(req)).prefix == {}
+    assert await index.record(hashes[:6], A) == 6
+    snap = await reader.read(req)
+    assert snap.prefix == {A: 6} and snap.total_blocks == 10
+    assert await index.record(hashes[:6], A, snap.blocks_seen) == 0  # fresh: not rewritten
+    # load: another live router's published counts add to this router's live ones
+    other = LoadTracker(store, "r2")
+    other.begin(A)
+    other.begin(B)
+    await other.publish()
+    tracker.begin(A)
+    assert (await reader.read(req)).load == {A: 2, B: 1}
+    # a silent router stops counting
+    stale = LoadTracker(store, "r3", stale_s=10.0)
+    stale.begin(C)
+    fields = stale.fields()
+    fields["r3|@"] = str(now_ms() - 20_000).encode()
+    await store.hset("load", fields, 60)
+    assert C not in (await reader.read(req)).load
+    assert block_keys(["ab"]) == ["pfx:ab"]
