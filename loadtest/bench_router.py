@@ -439,6 +439,8 @@ class Preloaded:
 
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
             self.classifier = load_classifier(load_settings(None))
+            if getattr(self.classifier, "escalation_enabled", False):  # steady state: its embedding model loaded
+                self.classifier.embedder.wait(180)
         except BaseException as exc:  # noqa: BLE001 - reported by get()
             self.error = exc
         finally:

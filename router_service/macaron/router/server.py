@@ -102,7 +102,8 @@ class RouterServer:
         self.metrics = RouterMetrics()
         self.health = health_aio.HealthServicer()
         backend = store if store is not None else open_store(settings.redis_url, timeout_s=settings.store_timeout_s)
-        self.store = GatedStore(backend, retry_s=rs.store_retry_s, on_change=self._store_changed)
+        self.store = GatedStore(backend, retry_s=rs.store_retry_s, on_change=self._store_changed,
+                                on_error=self.metrics.store_errors.inc)
         self.guard = Guard(settings.auth, self.store, dev_mode=resolve_dev_mode(settings.auth, self.host))
         if tokenizer is None:
             from macaron.specialist.server import load_tokenizer

@@ -24,12 +24,14 @@ class GatedStore:
     """A Store that stops calling a dead backend until a probe sees it answer again."""
 
     def __init__(self, store: Store, *, retry_s: float = 1.0,
-                 on_change: Callable[[bool], None] | None = None) -> None:
+                 on_change: Callable[[bool], None] | None = None,
+                 on_error: Callable[[], None] | None = None) -> None:
         self.store = store
         self.retry_s = retry_s
         self.degraded = False
         self.errors = 0
         self._on_change = on_change
+        self._on_error = on_error
         self._probe: asyncio.Task[None] | None = None
         self._since = 0.0
         self._closed = False
@@ -59,6 +61,8 @@ class GatedStore:
             return await make()
         except StoreUnavailableError as exc:
             self.errors += 1
+            if self._on_error is not None:
+                self._on_error()
             if not self.degraded:
                 self._set(True, str(exc))
                 await self._reset_connections()

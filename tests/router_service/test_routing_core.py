@@ -1,0 +1,135 @@
+"""RoutingCore without gRPC or Redis: the in-process store, fake classifiers, a static replica list."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from macaron.discovery import StaticSource
+from macaron.prompting import ChatRequest, Message
+from macaron.router.routing import AdapterRef, RouteRequest, RoutingCore
+from macaron.router.settings import RouterSettings
+from macaron.router.store_gate import GatedStore
+from macaron.store import MemoryStore
+
+REPLICAS = ["http://a:1", "http://b:1", "http://c:1"]
+NAMES = ("chat", "agent", "code", "ui")
+
+
+class TemplateTokenizer:
+    """Enough of a chat template for rendering: role tags around contents."""
+
+    def apply_chat_template(self, conversation, **kwargs) -> str:
+        text = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in conversation)
+        return text + ("<assistant>" if kwargs.get("add_generation_prompt") else "")
+
+
+@dataclass
+class Result:
+    specialist: str
+    probabilities: dict[str, float]
+    confidence: float
+
+
+class Fixed:
+    """Always the same answer."""
+
+    def __init__(self, name: str, p: float) -> None:
+        self.result = Result(name, {n: (p if n == name else (1 - p) / 3) for n in NAMES}, p)
+
+    def classify(self, text=None, *, messages=None, tools=None):
+        return self.result
+
+
+class Escalating(Fixed):
+    """Unsure on the fast path; the full call takes 0.3 s of blocking work and is sure."""
+
+    escalation_enabled = True
+    threshold = 0.8
+
+    def __init__(self) -> None:
+        super().__init__("code", 0.95)
+        self.unsure = Result("chat", {n: 0.25 for n in NAMES}, 0.25)
+        self.full_threads: list[str] = []
+
+    def classify(self, text=None, *, messages=None, tools=None, escalate=None):
+        if escalate is False:
+            return self.unsure
+        self.full_threads.append(threading.current_thread().name)
+        time.sleep(0.3)
+        return self.result
+
+
+def core(classifier, store=None, **settings) -> RoutingCore:
+    profiles = {n: SimpleNamespace(system_prompt=f"You are {n}. " * 40, tool_call_prefix="") for n in NAMES}
+    return RoutingCore(
+        RouterSettings(**settings), store=GatedStore(store or MemoryStore()), profiles=profiles,
+        adapters={n: AdapterRef(n) for n in NAMES}, tokenizer=TemplateTokenizer(),
+        discovery=StaticSource(REPLICAS), classifier=classifier, judge=None, router_id="t",
+    )
+
+
+def request(*texts: str, session: str = "") -> RouteRequest:
+    return RouteRequest(ChatRequest(tuple(Message("user", t) for t in texts)), owner="o", session_id=session)
+
+
+async def test_session_and_prefix_are_written_only_once_the_first_token_went_out() -> None:
+    store = MemoryStore()
+    c = core(Fixed("code", 0.95), store)
+    first = await c.route(request("write a parser for this file format", session="s"))
+    first.release()  # never committed: the request was not served
+    await c.flush()
+    assert await c.read_session("o", "s") is None
+    served = await c.route(request("write a parser for this file format", session="s"))
+    served.commit()
+    served.release()
+    await c.flush()
+    session = await c.read_session("o", "s")
+    assert session is not None and session.specialist == "code" and session.replica == served.replica
+    # another core on the same store (another router replica) agrees on the replica of that prefix
+    other = core(Fixed("code", 0.95), store)
+    again = await other.route(request("write a parser for this file format", "and add tests to it", session="s2"))
+    assert again.replica == served.replica and again.snapshot is not None and again.snapshot.prefix
+    await c.aclose()
+    await other.aclose()
+
+
+async def test_escalation_runs_off_the_event_loop() -> None:
+    classifier = Escalating()
+    c = core(classifier)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.ensure_future(ticker())
+    try:
+        decision, _ = await c.decide(request("something ambiguous to classify"))
+    finally:
+        task.cancel()
+    assert decision.specialist == "code" and decision.reason == "classifier"
+    assert classifier.full_threads and classifier.full_threads[0] != threading.main_thread().name
+    assert ticks >= 10  # the loop kept running during the 0.3 s escalation
+    await c.aclose()
+
+
+async def test_a_dead_store_routes_by_the_classifier_alone() -> None:
+    class Dead(MemoryStore):
+        async def hgetall_many(self, keys):
+            from macaron.store import StoreUnavailableError
+
+            raise StoreUnavailableError("down")
+
+    c = core(Fixed("agent", 0.9), Dead(), store_retry_s=60)
+    route = await c.route(request("book a table for two tonight", session="s"))
+    assert route.decision.specialist == "agent" and route.replica in REPLICAS and c.degraded
+    started = time.perf_counter()
+    await c.route(request("book a table for two tonight", session="s"))
+    assert time.perf_counter() - started < 0.5  # skipped, not waited for
+    await c.aclose()
