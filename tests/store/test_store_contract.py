@@ -91,3 +91,9 @@ async def test_dead_redis_fails_fast_with_a_clear_error() -> None:
     assert not await store.ping()
     assert loop.time() - start < 2.0
     await store.close()
+
+
+async def test_reset_drops_pooled_connections_and_keeps_working(store: Store) -> None:
+    await store.set("r", b"1", ttl_s=5)
+    await store.reset()
+    assert await store.get("r") == b"1"

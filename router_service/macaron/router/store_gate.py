@@ -71,15 +71,10 @@ class GatedStore:
 
     async def _reset_connections(self) -> None:
         """Drops pooled connections to the dead server, so none of them fails once more after it is back."""
-        reset = getattr(self.store, "reset", None)
-        if reset is None:  # RedisStore has no reset(): its client's pool, when it has one
-            pool = getattr(getattr(self.store, "_redis", None), "connection_pool", None)
-            reset = getattr(pool, "disconnect", None)
-        if reset is not None:
-            try:
-                await reset()
-            except Exception:  # noqa: BLE001
-                pass
+        try:
+            await self.store.reset()
+        except Exception:  # noqa: BLE001 - resetting a dead pool must not mask the outage
+            pass
 
     def _start_probe(self) -> None:
         if self._probe is None or self._probe.done():
@@ -128,6 +123,9 @@ class GatedStore:
         if ok:
             self._set(False)
         return ok
+
+    async def reset(self) -> None:
+        await self._reset_connections()
 
     async def close(self) -> None:
         self._closed = True

@@ -101,6 +101,9 @@ class MemoryStore:
     async def ping(self) -> bool:
         return True
 
+    async def reset(self) -> None:
+        """Nothing is pooled in-process."""
+
     async def close(self) -> None:
         self._values.clear()
         self._expires.clear()

@@ -127,5 +127,8 @@ class RedisStore:
         except StoreUnavailableError:
             return False
 
+    async def reset(self) -> None:
+        await self._redis.connection_pool.disconnect()
+
     async def close(self) -> None:
         await self._redis.aclose()
