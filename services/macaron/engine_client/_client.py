@@ -22,6 +22,8 @@ from typing import Any, AsyncIterator, Mapping
 
 import httpx
 
+from macaron import telemetry
+
 from macaron.engine_client._constants import (
     ABORT_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -252,7 +254,9 @@ class AsyncEngineClient:
 
     async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
         try:
-            response = await self._http.request(method, path, json=body, timeout=self._httpx_timeout(deadline))
+            response = await self._http.request(
+                method, path, json=body, headers=telemetry.inject({}), timeout=self._httpx_timeout(deadline)
+            )
         except httpx.HTTPError as exc:
             raise _transport_error(self.base_url + path, exc) from exc
         if response.status_code >= 400:
@@ -324,7 +328,8 @@ class _OpenStream:
     async def __aenter__(self) -> httpx.Response:
         client = self._client
         self._manager = client._http.stream(
-            "POST", "/generate", json=self._body, timeout=client._httpx_timeout(self._deadline)
+            "POST", "/generate", json=self._body, headers=telemetry.inject({}),
+            timeout=client._httpx_timeout(self._deadline),
         )
         try:
             response = await _until(self._deadline, self._manager.__aenter__())

@@ -12,6 +12,8 @@ from typing import AsyncIterator, NamedTuple
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -79,6 +81,8 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
         span = telemetry.tracer(__name__).start_span(
             "specialist.Generate", context=telemetry.extract(metadata), attributes={"specialist": self.name}
         )
+        # The span is current while the request runs, so the engine client carries it to the engine.
+        span_token = otel_context.attach(trace.set_span_in_context(span))
         m, started, first_chunk_seen, code = self.metrics, time.perf_counter(), False, grpc.StatusCode.OK
         m.in_flight.labels(self.name).inc()
         try:
@@ -119,6 +123,7 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
         finally:
             m.in_flight.labels(self.name).dec()
             m.requests.labels(self.name, code.name).inc()
+            otel_context.detach(span_token)
             span.end()
 
     async def Info(
