@@ -240,8 +240,10 @@ class EmbeddedStack:
         self._pipelines = await asyncio.to_thread(build_pipelines, s, list(SPECIALISTS))
         targets: dict[str, str] = {}
         for name, pipeline in self._pipelines.items():
-            port = choose_port(spec.profile(name).port, fallback=s.serve.free_ports, what=f"specialist {name}")
-            server = SpecialistServer(pipeline, LOOPBACK, port)
+            configured = spec.profile(name).port
+            port = choose_port(configured, fallback=s.serve.free_ports, what=f"specialist {name}")
+            # Metrics only on the fixed layout: a stack moved to free ports must not take a neighbour's port.
+            server = SpecialistServer(pipeline, LOOPBACK, port, serve_metrics=port == configured)
             self._specialists.append(server)
             targets[name] = f"{LOOPBACK}:{await server.start()}"
         return targets

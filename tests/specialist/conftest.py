@@ -36,7 +36,7 @@ def write_config(path: Path, *, engine_urls: list[str], model_dir: Path, ports: 
         **top,
     }
     for name, port in ports.items():
-        spec[name] = {"port": port, "system_prompt": SYSTEM_PROMPT}
+        spec[name] = {"port": port, "metrics_port": free_port(), "system_prompt": SYSTEM_PROMPT}
     path.write_text(yaml.safe_dump({"specialists": spec}))
     return path
 
@@ -52,6 +52,7 @@ class Stack:
     victim_url: str
     victim: Subprocess
     lone: Subprocess
+    config: Path
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +80,7 @@ def stack(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
         wait_engine(victim, victim_url)
         wait_serving(list(ports.values()), procs[2])
         wait_serving([lone_port], lone)
-        yield Stack(url, ports, lone_port, victim_url, victim, lone)
+        yield Stack(url, ports, lone_port, victim_url, victim, lone, config)
     finally:
         for proc in reversed(procs):
             proc.stop()

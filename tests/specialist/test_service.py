@@ -11,6 +11,7 @@ import grpc
 import httpx
 import jsonschema
 import pytest
+import yaml
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -223,9 +224,10 @@ def test_retry_info_rides_with_resource_exhausted() -> None:
     assert details.details[0].Unpack(info) and info.retry_delay.ToMilliseconds() == 1500
 
 
-def test_metrics_count_calls_tokens_and_first_chunks(stubs, specialist_ports) -> None:
+def test_metrics_count_calls_tokens_and_first_chunks(stubs, stack) -> None:
     generate(stubs["code"], request("Write a loop.", sampling=GREEDY, response_format=TEXT))
-    url = f"http://127.0.0.1:{specialist_ports['code'] + 1000}/metrics"
+    config = yaml.safe_load(stack.config.read_text())
+    url = f"http://127.0.0.1:{config['specialists']['code']['metrics_port']}/metrics"
     body = httpx.get(url, timeout=10).text
     ok = [line for line in body.splitlines() if line.startswith("macaron_specialist_requests_total{")]
     assert any('code="OK"' in line and 'specialist="code"' in line and float(line.split()[-1]) >= 1 for line in ok), ok

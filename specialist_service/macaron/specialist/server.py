@@ -63,11 +63,15 @@ def build_pipelines(settings: MacaronSettings, names: list[str], tokenizer: Any 
 class SpecialistServer:
     """One profile's grpc.aio server with health and reflection."""
 
-    def __init__(self, pipeline: Pipeline, host: str, port: int, serve_metrics: bool = True) -> None:
+    def __init__(
+        self, pipeline: Pipeline, host: str, port: int, serve_metrics: bool = True, metrics_port: int | None = None
+    ) -> None:
         self.pipeline = pipeline
         self.host = host
         self.port = port
-        self.serve_metrics = serve_metrics
+        configured = pipeline.profile.settings.metrics_port
+        self.metrics_port = metrics_port if metrics_port is not None else configured
+        self.serve_metrics = serve_metrics and self.metrics_port != 0
         self.metrics = SpecialistMetrics(pipeline.profile.name)
         self._metrics_server: Any = None
         self.server = grpc.aio.server()
@@ -90,10 +94,10 @@ class SpecialistServer:
         return self.port
 
     def _start_metrics(self) -> None:
-        """Prometheus text on the gRPC port + 1000; a taken port is logged, never fatal."""
+        """Prometheus text on metrics_port (default: the gRPC port + 1000); a taken port is logged, never fatal."""
         from prometheus_client import start_http_server
 
-        port = metrics_port(self.port)
+        port = self.metrics_port or metrics_port(self.port)
         try:
             self._metrics_server, _ = start_http_server(port, addr=self.host, registry=self.metrics.registry)
             log.info("specialist %s metrics on http://%s:%d/metrics", self.pipeline.profile.name, self.host, port)

@@ -82,7 +82,9 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
             "specialist.Generate", context=telemetry.extract(metadata), attributes={"specialist": self.name}
         )
         # The span is current while the request runs, so the engine client carries it to the engine.
-        span_token = otel_context.attach(trace.set_span_in_context(span))
+        # grpc.aio runs each call in its own task (its own context copy), so it is never detached:
+        # a stream closed by a finalizer task would detach from a foreign context and log an error.
+        otel_context.attach(trace.set_span_in_context(span))
         m, started, first_chunk_seen, code = self.metrics, time.perf_counter(), False, grpc.StatusCode.OK
         m.in_flight.labels(self.name).inc()
         try:
@@ -123,7 +125,6 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
         finally:
             m.in_flight.labels(self.name).dec()
             m.requests.labels(self.name, code.name).inc()
-            otel_context.detach(span_token)
             span.end()
 
     async def Info(

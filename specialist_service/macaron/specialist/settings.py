@@ -26,6 +26,9 @@ class ProfileSettings(BaseModel):
         None, description="Adapter version (sent as NAME@VERSION); empty: the unversioned adapter."
     )
     port: int = Field(SPECIALIST_PORTS["chat"], description="gRPC port of this specialist's server.")
+    metrics_port: int | None = Field(
+        None, description="Prometheus /metrics port; empty: the gRPC port + 1000; 0: no metrics server."
+    )
     system_prompt: str = Field("", description="System prompt put first in every conversation.")
     max_new_tokens: int = Field(
         512, description="Default output budget; lowered to fit the context when the request sets none."
