@@ -35,7 +35,6 @@ import uuid
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from macaron.engine.args import EngineArgs

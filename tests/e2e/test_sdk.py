@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 
 import macaron.sdk as sdk
-from macaron.router.settings import RouterSettings
 
 from .conftest import API_KEY, Stack
 from .test_openai_client import UI_SCHEMA, WEATHER_TOOL
@@ -61,8 +60,6 @@ def test_json_schema_on_ui(client: sdk.MacaronClient) -> None:
     jsonschema.validate(json.loads(result.text), UI_SCHEMA)
 
 
-SWITCH_THRESHOLD = RouterSettings().switch_threshold
-
 
 def test_errors(stack: Stack, client: sdk.MacaronClient) -> None:
     with pytest.raises(sdk.AuthenticationError):
@@ -88,16 +85,11 @@ async def test_four_concurrent_sessions_async(stack: Stack) -> None:
                 )
                 seen.append((result.route.specialist, result.route.reason))
             classified = await client.chat.classify(messages=[{"role": "user", "content": "and then?"}], session_id=sid)
-            route = classified.route
-            # A follow-up keeps its session unless the classifier is confident (>= the switch threshold)
-            # that it belongs elsewhere: then the decision says so, with that confidence.
-            if route.reason == "session":
-                assert route.specialist == name
-            else:
-                assert route.reason == "classifier" and route.confidence >= SWITCH_THRESHOLD, (name, route)
+            # Two words: too short to switch a session (router.switch_min_words), whatever the classifier says.
+            seen.append((classified.route.specialist, classified.route.reason))
             return seen
 
         names = ["chat", "agent", "code", "ui"]
         results = dict(zip(names, await asyncio.gather(*(session(n) for n in names))))
     for name, seen in results.items():
-        assert seen == [(name, "explicit"), (name, "session"), (name, "session")], (name, seen)
+        assert seen == [(name, "explicit"), (name, "session"), (name, "session"), (name, "session")], (name, seen)

@@ -18,7 +18,7 @@ Unlike SGLang, a streaming request that the engine refuses is answered with its 
 before the stream starts (the engine validates synchronously), never with an error frame.
 
 Top-level /generate fields SGLang accepts but this engine does not apply are listed in
-IGNORED_FIELDS; fields it cannot honour (logprobs, images, sessions, ...) are refused with
+http_protocol.IGNORED_FIELDS; fields it cannot honour (logprobs, images, sessions, ...) are refused with
 a 400 naming the field. Unknown top-level fields are ignored, as SGLang does.
 """
 
@@ -49,11 +49,10 @@ from macaron.engine.protocol import (
     RequestOutput,
     RequestStream,
 )
-from macaron.engine.http_protocol import (  # noqa: F401  (IGNORED_FIELDS re-exported)
+from macaron.engine.http_protocol import (
     AbortReq,
     GenerateReqInput,
     HEALTH_CHECK_TIMEOUT_S,
-    IGNORED_FIELDS,
     LoadLoRAAdapterReqInput,
     Refused,
     SGLANG_RELEASE,
