@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Under a minute: hold-out from the artifact's report.")
     parser.add_argument("--artifact", help="Artifact to measure (default: the shipped one).")
-    parser.add_argument("--data-dir", help="Routing data folder (default: ../shared/data/routing).")
+    parser.add_argument("--data-dir", help="Routing data folder (default: the copy shipped in macaron/router/classifier/routing_data).")
     parser.add_argument("--passes", type=int, default=None, help="Timed passes over dev (default: 1 quick, 3 full).")
     args = parser.parse_args(argv)
     core = pin_to_one_core()

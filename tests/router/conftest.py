@@ -11,7 +11,7 @@ from macaron.router.classifier.data import Example, find_data_dir, load_jsonl
 
 @pytest.fixture(scope="session")
 def routing_data_dir() -> Path:
-    """shared/data/routing beside the repository (or $MACARON_ROUTING_DATA)."""
+    """The routing data shipped with the package (or $MACARON_ROUTING_DATA)."""
     return find_data_dir()
 
 

@@ -28,7 +28,7 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "train",
         help="Build the specialist classifier's artifact from the routing data (reproducible, fixed seed).",
     )
-    p.add_argument("--data-dir", help="Folder with train.jsonl and dev.jsonl (default: ../shared/data/routing, "
+    p.add_argument("--data-dir", help="Folder with train.jsonl and dev.jsonl (default: the copy shipped with the package, "
                    "or $MACARON_ROUTING_DATA).")
     p.add_argument("--out", help="Artifact to write (default: the one shipped inside the package).")
     p.add_argument("--seed", type=int, default=0, help="Random seed (default: 0).")

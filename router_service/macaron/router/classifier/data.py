@@ -1,7 +1,8 @@
 """Where the routing data lives and how its JSONL lines read.
 
-The data sits in `shared/data/routing/` beside the repository (`<repo>/../shared/...`, the
-same in CI). `MACARON_ROUTING_DATA` or an explicit `--data-dir` overrides the search.
+The data ships with the package in `routing_data/` (train.jsonl, dev.jsonl and a README of
+sources and licenses), so a clone with nothing beside it trains and tests. `MACARON_ROUTING_DATA`
+or an explicit `--data-dir` points elsewhere (a newer copy, your own labelled traffic).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from macaron.router.classifier.errors import TrainingDataError
 
 LABELS: tuple[str, ...] = ("chat", "agent", "code", "ui")
 DATA_ENV = "MACARON_ROUTING_DATA"
-_RELATIVE = Path("shared") / "data" / "routing"
+SHIPPED_DATA_DIR = Path(__file__).resolve().parent / "routing_data"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,29 +39,19 @@ class Example:
 
 
 def find_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The routing data folder: `explicit`, else $MACARON_ROUTING_DATA, else ../shared/data/routing
-    found by walking up from the current directory and from this module's file."""
-    candidates: list[Path] = []
+    """The routing data folder: `explicit`, else $MACARON_ROUTING_DATA, else the shipped copy."""
     given = explicit or os.environ.get(DATA_ENV)
-    if given:
-        path = Path(given)
-        if (path / "train.jsonl").is_file():
-            return path
+    path = Path(given) if given else SHIPPED_DATA_DIR
+    if (path / "train.jsonl").is_file():
+        return path
+    if not given:
         raise TrainingDataError(
-            f"routing data folder {path} has no train.jsonl; point --data-dir or ${DATA_ENV} at the folder "
-            "holding train.jsonl and dev.jsonl"
+            f"the shipped routing data is missing ({path}/train.jsonl): the installation is incomplete; "
+            f"reinstall the project, or set ${DATA_ENV} (or pass --data-dir) to a folder holding train.jsonl"
         )
-    for start in (Path.cwd(), Path(__file__).resolve().parent):
-        for parent in (start, *start.parents):
-            candidates.append(parent / _RELATIVE)
-            candidates.append(parent.parent / _RELATIVE)
-    for candidate in candidates:
-        if (candidate / "train.jsonl").is_file():
-            return candidate
     raise TrainingDataError(
-        "routing data not found: looked for shared/data/routing/train.jsonl beside the repository "
-        f"(and above the current directory). Put a copy of shared/ next to the clone, or set ${DATA_ENV} "
-        "(or pass --data-dir) to the folder holding train.jsonl and dev.jsonl"
+        f"routing data folder {path} has no train.jsonl; point --data-dir or ${DATA_ENV} at the folder "
+        "holding train.jsonl and dev.jsonl"
     )
 
 
