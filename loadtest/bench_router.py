@@ -179,10 +179,10 @@ class Stack:
 
 
 def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
-    from macaron.assets import ensure_tiny_model
+    from macaron.assets.builtin import ensure_builtin_model
 
     t0 = time.monotonic()
-    assets = ensure_tiny_model(cache_dir=args.cache_dir, progress=False)
+    assets = ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False)
     procs: list[Proc] = []
     stack = Stack(workdir, [], {}, {}, {}, "", workdir / "macaron.yaml", assets.model_dir, procs)
     try:
@@ -602,6 +602,8 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Small workload; finishes in under a minute.")
+    parser.add_argument("--model", choices=("smollm2", "tiny", "bench"), default="smollm2",
+                        help="Built-in model the engine replicas serve (default: smollm2, the real default model).")
     parser.add_argument("--replicas", type=int, default=4, help="Embedded-engine replicas (default 4).")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="Output tokens per turn (default 8).")
     parser.add_argument("--cache-dir", default=None, help="Asset cache (default: $MACARON_CACHE_DIR or ~/.cache/macaron).")
@@ -629,9 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bench-router-"))
     log(f"bench_router ({'quick' if args.quick else 'full'}), work dir {workdir}")
-    from macaron.assets import ensure_tiny_model
+    from macaron.assets.builtin import ensure_builtin_model
 
-    preloaded = Preloaded(ensure_tiny_model(cache_dir=args.cache_dir, progress=False).model_dir)
+    preloaded = Preloaded(ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False).model_dir)
     stack = start_stack(args, workdir)
     try:
         results = asyncio.run(measure(args, stack, preloaded))

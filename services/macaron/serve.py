@@ -1,6 +1,6 @@
 """`macaron serve`: the embedded stack, the whole of Macaron Serve in one process.
 
-Starts, in one asyncio loop: the embedded engine (building the tiny model on first use, with
+Starts, in one asyncio loop: the embedded engine (converting the built-in model on first use, with
 a progress bar), the four specialists, the L0 router and the REST gateway; prints the URLs and
 a ready-to-paste curl; on Ctrl-C or SIGTERM drains in reverse order (gateway first, engine
 last) and exits 0.
@@ -50,7 +50,7 @@ class ServeSettings(BaseModel):
         "configured one is taken, so two stacks can run side by side.",
     )
     startup_timeout_s: float = Field(300.0, description="Longest wait for every component to be ready.")
-    progress: bool = Field(True, description="Show a progress bar while the tiny model is built (first run only).")
+    progress: bool = Field(True, description="Show a progress bar while the built-in model is prepared (first run only).")
 
 
 class PortInUseError(RuntimeError):
@@ -200,10 +200,10 @@ class EmbeddedStack:
         args = s.engine
         updates: dict[str, Any] = {"host": LOOPBACK}
         if args.model_path is None:
-            from macaron.assets import ensure_tiny_model
+            from macaron.assets.builtin import ensure_builtin_model
 
-            print("Preparing the tiny model (built once, then cached) ...", file=sys.stderr, flush=True)
-            assets = await asyncio.to_thread(ensure_tiny_model, s.assets.cache_dir, s.serve.progress)
+            print(f"Preparing the {args.builtin_model} model (built once, then cached) ...", file=sys.stderr, flush=True)
+            assets = await asyncio.to_thread(ensure_builtin_model, args.builtin_model, s.assets.cache_dir, s.serve.progress)
             updates["model_path"] = str(assets.model_dir)
             if not args.lora_paths:
                 updates["lora_paths"] = [f"{name}={path}" for name, path in assets.adapters.items()]

@@ -109,7 +109,7 @@ def test_cli_build_prints_paths(
     parser = argparse.ArgumentParser(prog="macaron")
     parser.add_argument("--config")
     cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["assets", "build", "--cache-dir", str(macaron_cache_dir), "--quiet"])
+    args = parser.parse_args(["assets", "build", "--model", "tiny", "--cache-dir", str(macaron_cache_dir), "--quiet"])
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert str(tiny_assets.model_dir) in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from filelock import FileLock
@@ -32,24 +33,43 @@ def ensure_assets(
     force: bool = False,
 ) -> ModelAssets:
     """Returns the cached build of `preset`, building it first if absent, stale or `force`d."""
-    parent = models_dir(cache_dir)
-    root = parent / build_dir_name(preset)
-    if not force and is_complete(root, preset):
-        return assets_in(root)
-    parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(parent / f".{root.name}.lock")):
-        if not force and is_complete(root, preset):  # another process finished it while we waited
-            return assets_in(root)
+
+    def build(staging: Path) -> None:
         from macaron.assets.build import build_assets  # torch/transformers only when building
 
+        build_assets(preset, staging, progress=progress)
+
+    root = ensure_built(
+        build_dir_name(preset), lambda root: is_complete(root, preset), build, cache_dir=cache_dir, force=force
+    )
+    return assets_in(root)
+
+
+def ensure_built(
+    dir_name: str,
+    is_done: Callable[[Path], bool],
+    build: Callable[[Path], None],
+    cache_dir: str | os.PathLike[str] | None = None,
+    force: bool = False,
+) -> Path:
+    """`<cache>/models/<dir_name>`, built by `build(staging_dir)` under a lock unless `is_done` says
+    a finished build is already there. Any recipe (a preset, a converted checkpoint) publishes this way."""
+    parent = models_dir(cache_dir)
+    root = parent / dir_name
+    if not force and is_done(root):
+        return root
+    parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(parent / f".{root.name}.lock")):
+        if not force and is_done(root):  # another process finished it while we waited
+            return root
         staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.building-", dir=parent))
         try:
-            build_assets(preset, staging, progress=progress)
+            build(staging)
             _make_readable(staging)
             _replace(staging, root)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return assets_in(root)
+    return root
 
 
 def _make_readable(root: Path) -> None:

@@ -78,3 +78,26 @@ CHAT_TEMPLATE = r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
 """.strip()
+
+
+def chat_template_with_default_system(default_system: str) -> str:
+    """CHAT_TEMPLATE, plus a system turn holding `default_system` when the caller sends none.
+
+    Why: instruct checkpoints such as SmolLM2 were tuned with a default system turn that their
+    own template inserts; dropping it changes their answers. Tools and tool calls render as in
+    CHAT_TEMPLATE, so the specialists' tool-call parsing works unchanged on these models.
+    """
+    import json
+
+    template = CHAT_TEMPLATE.replace(
+        "{%- if has_system -%}{{- text_of(messages[0].content) + '\\n\\n' -}}{%- endif -%}",
+        "{%- if has_system -%}{{- text_of(messages[0].content) + '\\n\\n' -}}"
+        "{%- else -%}{{- default_system + '\\n\\n' -}}{%- endif -%}",
+    ).replace(
+        "{%- elif has_system -%}\n  {{- '<|im_start|>system\\n' + text_of(messages[0].content) + '<|im_end|>\\n' -}}\n",
+        "{%- elif has_system -%}\n  {{- '<|im_start|>system\\n' + text_of(messages[0].content) + '<|im_end|>\\n' -}}\n"
+        "{%- else -%}\n  {{- '<|im_start|>system\\n' + default_system + '<|im_end|>\\n' -}}\n",
+    )
+    if template.count("default_system") != 2:
+        raise RuntimeError("CHAT_TEMPLATE changed shape; update chat_template_with_default_system")
+    return "{%- set default_system = " + json.dumps(default_system) + " -%}\n" + template

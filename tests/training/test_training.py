@@ -1,0 +1,144 @@
+"""`macaron adapters train | eval | distill` on the tiny model: real PEFT training, real engine.
+
+The tiny model's weights are random, so these tests check mechanics (loss falls, files are a
+standard PEFT adapter the engine and PEFT load, runs are reproducible, bad data is refused
+clearly), not answer quality; the shipped SmolLM2 adapters' quality is measured by
+`macaron adapters eval` (see the README's figures).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from macaron.assets import ModelAssets, ensure_tiny_model
+from macaron.training.examples import TrainingDataError, TrainingExample, read_examples, write_examples
+from macaron.training.lora_train import TrainConfig, train_adapter
+from macaron.training.tasks import task
+from macaron.training.tool_catalog import CATALOG, tools_for
+
+
+@pytest.fixture(scope="module")
+def tiny(macaron_cache_dir: Path) -> ModelAssets:
+    return ensure_tiny_model(macaron_cache_dir, progress=False)
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "code.jsonl"
+    code = task("code")
+    examples = [
+        TrainingExample(
+            messages=code.student(f"Write a function number {i}.", None).messages,
+            target=f"```python\ndef f{i}(x):\n    return x + {i}\n```",
+        )
+        for i in range(6)
+    ]
+    write_examples(path, examples)
+    return path
+
+
+def test_training_lowers_the_loss_and_writes_a_peft_adapter(tiny, data_file, tmp_path):
+    config = TrainConfig(steps=24, batch_size=3, warmup_steps=2, learning_rate=3e-3, num_threads=1)
+    result = train_adapter(tiny.model_dir, data_file, tmp_path / "code", config, name="code@v2", progress=False)
+    assert result.final_loss < result.first_loss * 0.9
+    assert result.examples == 6 and result.target_tokens > 0
+    card = json.loads((tmp_path / "code" / "macaron-adapter.json").read_text())
+    assert card["data_sha256"] == result.data_sha256 and card["name"] == "code@v2"
+    assert "/" not in card["base"]  # a name, never a machine path
+    from macaron.engine import EngineArgs, GenerateRequest, LLMEngine, SamplingParams
+
+    engine = LLMEngine(EngineArgs(model_path=str(tiny.model_dir), lora_paths=[f"code@v2={tmp_path / 'code'}"],
+                                  max_total_tokens=2048, num_threads=1))
+    outs = {}
+    for rid, adapter in (("base", None), ("trained", "code@v2")):
+        engine.add_request(GenerateRequest(rid=rid, prompt="def f(", sampling=SamplingParams(temperature=0, max_new_tokens=8), lora_path=adapter))
+    while engine.has_unfinished():
+        outs.update({o.rid: o.output_ids for o in engine.step() if o.finished})
+    assert outs["base"] != outs["trained"]
+
+
+def test_training_is_reproducible(tiny, data_file, tmp_path):
+    config = TrainConfig(steps=3, batch_size=2, warmup_steps=1, num_threads=1)
+    for run in ("a", "b"):
+        train_adapter(tiny.model_dir, data_file, tmp_path / run, config, progress=False)
+    assert (tmp_path / "a" / "adapter_model.safetensors").read_bytes() == (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("not json", "not valid JSON"),
+        ('{"messages": [], "target": "x"}', "messages"),
+        ('{"messages": [{"role": "user", "content": "hi"}], "target": ""}', "target"),
+        ('{"messages": [{"role": "user", "content": "hi"}], "target": "x", "tools": 3}', "tools"),
+    ],
+)
+def test_bad_training_data_is_refused_with_its_line(tmp_path, line, problem):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(TrainingDataError, match=problem) as info:
+        read_examples(path)
+    assert "bad.jsonl:1" in str(info.value)
+
+
+def test_cli_train_reports_bad_data_and_exits_2(tiny, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "macaron.cli", "adapters", "train", "code", "--model", str(tiny.model_dir),
+         "--data", str(bad), "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and "bad.jsonl:1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_train_prints_one_json_line(tiny, data_file, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "macaron.cli", "adapters", "train", "code", "--model", str(tiny.model_dir),
+         "--data", str(data_file), "--out", str(tmp_path / "out"), "--steps", "2", "--batch-size", "2",
+         "--threads", "1", "--quiet"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["steps"] == 2 and Path(result["out_dir"], "adapter_config.json").is_file()
+
+
+def test_checks_count_what_each_specialist_must_do():
+    tools = tools_for("what's the weather in Oslo tomorrow", seed=0)
+    assert "get_weather" in {t["function"]["name"] for t in tools} and len(tools) == 4
+    agent, code, ui, chat = task("agent"), task("code"), task("ui"), task("chat")
+    assert agent.good('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>', tools)
+    assert not agent.good('<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>', tools)  # city required
+    assert not agent.good("It will rain.", tools)
+    assert code.good("Here:\n```python\nprint(1)\n```", None) and not code.good("print(1)", None)
+    assert ui.good('{"root": {"type": "button", "props": {"text": "Go"}}}', None)
+    assert not ui.good('{"root": {"type": "marquee"}}', None)
+    assert chat.good("Paris is the capital of France.", None) and not chat.good("```py\nx\n```", None)
+
+
+def test_catalog_tools_are_valid_openai_tools():
+    for entry in CATALOG:
+        fn = entry["function"]
+        assert fn["name"].isidentifier() and fn["parameters"]["type"] == "object"
+        assert set(fn["parameters"]["required"]) <= set(fn["parameters"]["properties"])
+
+
+def test_distill_and_eval_run_end_to_end_on_the_tiny_model(tiny, tmp_path):
+    from macaron.training.distill import distill
+    from macaron.training.evaluate import ARMS, evaluate, summary
+
+    provenance = distill(str(tiny.model_dir), [task("agent"), task("ui")], tmp_path, per_specialist=2, progress=False)
+    for name in ("agent", "ui"):
+        assert provenance["specialists"][name]["prompts"] == 2
+        # constrained teacher answers are always usable targets when they finish
+        for example in read_examples(tmp_path / f"{name}.jsonl") if provenance["specialists"][name]["kept"] else []:
+            assert task(name).good(example.target, example.tools)
+    scores = evaluate(str(tiny.model_dir), {"code": str(tiny.adapters["code"])}, [task("code")], per_specialist=2, progress=False)
+    assert set(scores["code"]) == set(ARMS) and scores["code"]["adapter"].total == 2
+    assert set(summary(scores)) >= {"code_adapter", "code_base_bare", "code_adapter_gain"}
