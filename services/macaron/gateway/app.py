@@ -187,6 +187,12 @@ class RequestContextMiddleware:
             except BodyTooLarge:
                 if not started:
                     await self._too_large(send_with_id)
+            except Exception:
+                # Answered here, inside the request-id wrapper: Starlette's own 500 goes out without it.
+                log.exception("unexpected error")
+                if not started:
+                    error = GatewayError(500, "internal error; the request id is in x-request-id", type="server_error")
+                    await JSONResponse(error.body(), status_code=500)({"type": "http"}, _no_receive, send_with_id)
         finally:
             otel_context.detach(token)
 

@@ -18,6 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from macaron.sdk import MODELS
 
 
+INT32_MAX = 2**31 - 1
+"""Token counts travel as protobuf int32."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Seeds travel as protobuf int64."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -136,10 +142,10 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     tools: list[Tool] | None = None

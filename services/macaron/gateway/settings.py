@@ -34,6 +34,10 @@ class GatewaySettings(BaseModel):
     max_body_bytes: int = Field(
         4 * 1024 * 1024, description="Largest request body accepted; a larger one is answered 413."
     )
+    max_json_depth: int = Field(
+        64, ge=4, description="Deepest nesting of objects and arrays in a request body (response_format schemas "
+        "included); deeper is a 400 before anything parses it further."
+    )
     max_messages: int = Field(1024, description="Most messages in one chat request; more is a 400.")
     grace_period_s: float = Field(
         10.0, description="On SIGTERM: seconds in-flight requests and streams get to finish before the gateway exits."
