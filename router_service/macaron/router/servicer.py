@@ -9,7 +9,6 @@ specialist's own status for anything after routing (passed through with its trai
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import AsyncIterator
@@ -149,14 +148,12 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         route = None
         abort: Abort | None = None
         self.core.metrics.in_flight.inc()
-        limit: asyncio.Future[None] | None = None
         try:
-            principal = self._authenticate(metadata)
-            # the limit's store round trip runs while the request is validated and decided
-            limit = asyncio.ensure_future(self._check_limit(principal))
+            # Limits first: an over-limit caller costs no validation, classifier or judge (engine) call.
+            principal = await self._admit(metadata)
             req = self._route_request(request, principal, request_id)
             try:
-                route = await self.core.route(req, gate=limit)
+                route = await self.core.route(req)
             except InvalidHintError as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             d = route.decision
@@ -188,11 +185,6 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         except grpc.aio.AioRpcError as exc:  # the specialist's status, passed through
             abort = Abort(exc.code(), exc.details() or "", tuple(exc.trailing_metadata() or ()))
         finally:
-            if limit is not None:
-                if not limit.done():
-                    limit.cancel()
-                elif not limit.cancelled():
-                    limit.exception()  # retrieved: a limit hit after a bad request is not a second error
             self.core.metrics.in_flight.dec()
             if route is not None:
                 route.release()

@@ -9,8 +9,10 @@ from macaron.auth.guard import (
     is_loopback,
     resolve_dev_mode,
 )
+from macaron.auth.internal import InternalTokenInterceptor, require_internal_token
 from macaron.auth.keys import hash_api_key, new_api_key
-from macaron.auth.settings import ApiKeyEntry, AuthSettings
+from macaron.auth.settings import ApiKeyEntry, AuthSettings, ClientTlsSettings, ServerTlsSettings
+from macaron.auth.tls import TlsConfigError
 
 __all__ = [
     "ApiKeyEntry",
@@ -18,6 +20,11 @@ __all__ = [
     "AuthSettings",
     "Guard",
     "InsecureBindError",
+    "InternalTokenInterceptor",
+    "ClientTlsSettings",
+    "ServerTlsSettings",
+    "TlsConfigError",
+    "require_internal_token",
     "Principal",
     "RateLimitedError",
     "hash_api_key",
