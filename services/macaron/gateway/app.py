@@ -65,6 +65,8 @@ def router_client(settings: GatewaySettings) -> AsyncMacaronClient:
         max_retries=settings.router_max_retries,
         tls=settings.router_tls,
         root_certificates=root,
+        channel_options=[("grpc.ssl_target_name_override", settings.router_server_name)]
+        if settings.router_tls and settings.router_server_name else None,
     )
 
 
