@@ -19,6 +19,14 @@ class ApiKeyEntry(BaseModel):
     requests_per_minute: int | None = Field(
         None, description="Requests this key may make per minute over all replicas (default: auth.default_requests_per_minute)."
     )
+    max_concurrent_requests: int | None = Field(
+        None, ge=1, description="Requests of this key in flight at once over all routers (default: "
+        "auth.default_max_concurrent_requests); one more is RESOURCE_EXHAUSTED / 429.",
+    )
+    tokens_per_minute: int | None = Field(
+        None, ge=1, description="Prompt plus completion tokens this key may use per clock minute over all routers "
+        "(default: auth.default_tokens_per_minute); once spent, new requests wait for the next minute (429).",
+    )
 
     @field_validator("sha256")
     @classmethod
@@ -42,6 +50,12 @@ class AuthSettings(BaseModel):
     )
     default_requests_per_minute: int = Field(600, description="Per-key request limit when a key sets none.")
     dev_requests_per_minute: int = Field(6000, description="Request limit for the anonymous dev-mode caller.")
+    default_max_concurrent_requests: int | None = Field(
+        None, ge=1, description="Per-key limit of requests in flight when a key sets none (null: unlimited)."
+    )
+    default_tokens_per_minute: int | None = Field(
+        None, ge=1, description="Per-key token budget per minute when a key sets none (null: unlimited)."
+    )
     internal_token: SecretStr | None = Field(
         None,
         description="Shared secret between Macaron's own hops (the router sends it to the specialists as a bearer "
