@@ -144,6 +144,7 @@ def test_tool_call_deltas_are_merged(twin: Twin) -> None:
     ],
 )
 def test_status_codes_map_to_one_error_tree(twin: Twin, code: str, cls: type[sdk.APIError]) -> None:
+    twin.options["max_retries"] = 0  # a 429 is retried otherwise (below)
     with pytest.raises(cls) as info:
         twin.create(messages=[{"role": "user", "content": f"fail:{code}"}], request_id="rid-err")
     err = info.value
@@ -163,6 +164,40 @@ def test_unavailable_before_the_first_chunk_is_retried(twin: Twin, fake: FakeRou
     with pytest.raises(sdk.APIConnectionError):
         twin.create(messages=[{"role": "user", "content": "flaky:3"}], request_id="flaky-fail")
     assert fake.servicer.attempts["flaky-fail"] == 3  # 1 + max_retries (2)
+
+
+def test_rate_limited_calls_are_retried_after_the_delay_the_server_asks(twin: Twin, fake: FakeRouterServer) -> None:
+    start = time.monotonic()
+    result = twin.create(messages=[{"role": "user", "content": "limited:2:300"}], request_id="limited-ok")
+    assert result.text == "Hello world" and fake.servicer.attempts["limited-ok"] == 3
+    assert time.monotonic() - start >= 0.55  # two waits of 300 ms (RetryInfo), not the 0.5 s backoff's jitter
+    with pytest.raises(sdk.RateLimitError) as info:
+        twin.create(messages=[{"role": "user", "content": "limited:9:50"}], request_id="limited-fail")
+    assert fake.servicer.attempts["limited-fail"] == 3 and info.value.retry_after_s == pytest.approx(0.05)
+    start = time.monotonic()
+    with pytest.raises(sdk.RateLimitError):  # a delay over a minute is not waited for
+        twin.create(messages=[{"role": "user", "content": "limited:1:61000"}], request_id="limited-long")
+    assert fake.servicer.attempts["limited-long"] == 1 and time.monotonic() - start < 5
+
+
+def test_rate_limits_can_be_handed_straight_back(fake: FakeRouterServer) -> None:
+    with sdk.MacaronClient(fake.target, timeout=10, retry_rate_limits=False) as client:
+        with pytest.raises(sdk.RateLimitError):
+            client.chat.create(messages=[{"role": "user", "content": "limited:1:50"}], request_id="limited-once")
+    assert fake.servicer.attempts["limited-once"] == 1
+
+
+def test_sampling_extras_reach_the_router(twin: Twin, fake: FakeRouterServer) -> None:
+    twin.create(messages=USER, top_k=40, min_p=0.05, repetition_penalty=1.1, min_tokens=3)
+    sampling = fake.servicer.calls[-1].request.sampling
+    assert sampling.top_k == 40 and sampling.min_p == pytest.approx(0.05)
+    assert sampling.repetition_penalty == pytest.approx(1.1) and sampling.min_new_tokens == 3
+
+
+def test_the_package_ships_its_types() -> None:
+    from importlib import resources
+
+    assert resources.files("macaron.sdk").joinpath("py.typed").is_file()
 
 
 def test_other_errors_and_mid_stream_failures_are_not_retried(twin: Twin, fake: FakeRouterServer) -> None:

@@ -63,6 +63,7 @@ def router_client(settings: GatewaySettings) -> AsyncMacaronClient:
         api_key="",
         timeout=settings.router_timeout_s,
         max_retries=settings.router_max_retries,
+        retry_rate_limits=False,  # a 429 goes back to the caller at once, with its Retry-After
         tls=settings.router_tls,
         root_certificates=root,
         channel_options=[("grpc.ssl_target_name_override", settings.router_server_name)]

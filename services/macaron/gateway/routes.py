@@ -94,7 +94,14 @@ async def chat_completions(
                           "messages", "too_many_messages")
     session_id = request.headers.get(SESSION_HEADER) or x_session_id or body.user
     request_id = telemetry.current_request_id() or telemetry.bind_request_id(None)
-    return await gateway.chat.create(body, api_key=token, session_id=session_id, request_id=request_id)
+    return await gateway.chat.create(body, api_key=token, session_id=session_id, request_id=request_id,
+                                     disconnected=lambda: client_disconnected(request))
+
+
+async def client_disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read: the next message is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.get("/v1/models", response_model=p.ModelList, responses=_ERRORS, summary="List the models")
