@@ -165,47 +165,10 @@ async def test_router_with_a_wrong_internal_token_is_refused_by_the_specialist(s
         await router.aclose()
 
 
-def test_engine_refuses_requests_without_its_key(keyed_engine: ThreadedServer) -> None:
-    import httpx
-
-    url = keyed_engine.url
-    body = {"text": "hi", "sampling_params": {"max_new_tokens": 1}}
-    for path in ("/generate", "/abort_request", "/unload_lora_adapter", "/load_lora_adapter"):
-        response = httpx.post(url + path, json=body, timeout=10)
-        assert response.status_code == 401 and response.json() == {"error": "Unauthorized"}, path
-    wrong = httpx.post(url + "/generate", json=body, headers={"authorization": "Bearer nope"}, timeout=10)
-    assert wrong.status_code == 401
-    assert httpx.get(url + "/server_info", timeout=10).status_code == 401
-    for path in ("/health", "/metrics"):  # probes and Prometheus, as SGLang
-        assert httpx.get(url + path, timeout=30).status_code == 200, path
-    ok = httpx.post(url + "/generate", json=body, headers={"authorization": f"Bearer {ENGINE_KEY}"}, timeout=60)
-    assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 1
-
-
-async def test_engine_client_sends_the_key(keyed_engine: ThreadedServer) -> None:
-    from macaron.engine_client import AsyncEngineClient, EngineClientError
-
-    async with AsyncEngineClient(keyed_engine.url, api_key=ENGINE_KEY, timeout=60, max_retries=0) as client:
-        result = await client.generate(text="hi", sampling_params={"max_new_tokens": 1})
-        assert result.meta_info.completion_tokens == 1
-        assert (await client.with_options(timeout=30).server_info()) is not None  # copies keep the key
-    async with AsyncEngineClient(keyed_engine.url, timeout=30, max_retries=0) as keyless:
-        with pytest.raises(EngineClientError) as info:
-            await keyless.generate(text="hi", sampling_params={"max_new_tokens": 1})
-        assert info.value.status_code == 401
-
-
-@pytest.mark.parametrize("service", ["engine", "specialist", "router", "gateway"])
+@pytest.mark.parametrize("service", ["specialist", "router", "gateway"])  # the engine: engine_api/test_api_key.py
 async def test_every_service_bound_off_loopback_refuses_to_start_without_credentials(service: str, tokenizer, keyed_engine,
                                                                               certs: Certs) -> None:
-    if service == "engine":
-        from macaron.engine.api_key import check_engine_bind
-
-        check_engine_bind("127.0.0.1", None)
-        check_engine_bind("0.0.0.0", ENGINE_KEY)
-        with pytest.raises(InsecureBindError, match="api-key"):
-            check_engine_bind("0.0.0.0", None)
-    elif service == "specialist":
+    if service == "specialist":
         from macaron.specialist.server import SpecialistServer, build_pipelines
 
         pipeline = build_pipelines(MacaronSettings(), ["chat"], tokenizer)["chat"]
