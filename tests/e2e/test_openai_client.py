@@ -113,6 +113,25 @@ def test_tool_choice_required_gives_parsed_tool_calls(client: openai.OpenAI) -> 
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
 
 
+def test_a_forced_call_cut_by_max_tokens_answers_what_fit_with_length(client: openai.OpenAI) -> None:
+    for budget in (6, 40):  # cut in the name, then in the arguments
+        completion = client.chat.completions.create(
+            model="macaron-agent", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=budget,
+        )
+        choice = completion.choices[0]
+        assert choice.finish_reason == "length" and completion.usage.completion_tokens == budget
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and call.id
+        arguments = call.function.arguments
+        if budget == 6:
+            assert arguments == ""  # nothing of the arguments fit
+        else:
+            assert arguments.startswith("{")
+            with pytest.raises(json.JSONDecodeError):  # what fit: the arguments' JSON so far, incomplete
+                json.loads(arguments)
+
+
 def test_json_schema_on_ui_gives_valid_json(client: openai.OpenAI) -> None:
     completion = client.chat.completions.create(
         model="macaron-ui", messages=[{"role": "user", "content": "A counter card"}], max_tokens=64,

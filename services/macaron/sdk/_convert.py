@@ -285,7 +285,8 @@ class Accumulator:
 
     def result(self) -> ChatResult:
         calls = tuple(
-            ToolCall(id=c["id"], function=FunctionCall(c["name"], c["arguments"] or "{}"))
+            # a call cut by max_tokens keeps what fit, even nothing; a finished one without arguments has {}
+            ToolCall(id=c["id"], function=FunctionCall(c["name"], c["arguments"] or ("" if self.finish_reason == "length" else "{}")))
             for _, c in sorted(self._calls.items())
         )
         return ChatResult(
