@@ -65,6 +65,37 @@ def test_render_tools_calls_and_results_with_the_chat_template(tokenizer) -> Non
     assert render(request, P(), tokenizer) == text  # deterministic: the router hashes this text
 
 
+# The assistant tool-call loop of Qwen2.5's (and, with other markers, Llama 3.1's) chat template:
+# `arguments` goes through `tojson` whatever its type, so a JSON string would be encoded twice.
+TOJSON_TEMPLATE = """{%- for message in messages -%}
+{{- '<|im_start|>' + message.role + '\n' + (message.content or '') -}}
+{%- for tool_call in message.tool_calls or [] -%}
+{%- if tool_call.function is defined -%}{%- set tool_call = tool_call.function -%}{%- endif -%}
+{{- '<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' + (tool_call.arguments | tojson) + '}\n</tool_call>' -}}
+{%- endfor -%}
+{{- '<|im_end|>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"""
+
+
+@pytest.mark.parametrize("template", ["the model's", "tojson always (Qwen2.5, Llama 3.1)"])
+def test_earlier_tool_calls_reach_the_template_as_objects(tokenizer, template: str) -> None:
+    import copy
+
+    if template != "the model's":
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = TOJSON_TEMPLATE
+    request = ChatRequest(messages=(
+        Message("user", "Weather in Paris?"),
+        Message("assistant", "", tool_calls=(ToolCall("call_1", "get_weather", '{"city":"Paris","days":[1,2]}'),)),
+        Message("tool", "sunny", tool_call_id="call_1"),
+        Message("user", "And tomorrow?"),
+    ), tools=(WEATHER,))
+    text = render(request, P(), tokenizer)
+    assert '{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}' in text
+    assert '\\"city' not in text and '"{' not in text  # never a JSON string inside the JSON
+
+
 def test_forced_call_appends_the_prefix_and_none_hides_tools(tokenizer) -> None:
     base = dict(messages=(Message("user", "hi"),), tools=(WEATHER,))
     forced = render(ChatRequest(**base, tool_choice=ToolChoice("required")), P(), tokenizer)
