@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -279,14 +277,13 @@ def test_unreachable_router_is_a_connection_error_after_retries() -> None:
         assert not client.health(timeout=1)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_tls_with_a_private_ca(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )
+    """A throwaway CA (made with `cryptography`): the SDK trusts it, a plain or untrusting client gets nowhere,
+    and with mutual TLS only a client presenting a certificate the CA signed is served."""
+    from auth.certs import make_certs
+
+    certs = make_certs(tmp_path)
+    key, cert = certs.server_key, certs.server_cert
     from concurrent import futures
 
     from macaron.v1 import router_pb2_grpc
@@ -296,12 +293,26 @@ def test_tls_with_a_private_ca(tmp_path: Path) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     router_pb2_grpc.add_RouterServicer_to_server(FakeRouter(), server)
     port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())]))
+    mutual = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())],
+                                         root_certificates=certs.ca.read_bytes(), require_client_auth=True)
+    mutual_port = server.add_secure_port("127.0.0.1:0", mutual)
     server.start()
+    ca = certs.ca.read_bytes()
     try:
-        with sdk.MacaronClient(f"localhost:{port}", root_certificates=cert.read_bytes(), timeout=10) as client:
+        with sdk.MacaronClient(f"localhost:{port}", root_certificates=ca, timeout=10) as client:
             assert client.tls and client.chat.create(messages=USER).text == "Hello world"
         with sdk.MacaronClient(f"localhost:{port}", timeout=3, max_retries=0) as plain:
             with pytest.raises(sdk.APIError):
                 plain.chat.create(messages=USER)
+        with sdk.MacaronClient(f"localhost:{port}", root_certificates=certs.other_ca.read_bytes(), timeout=3,
+                               max_retries=0) as untrusting:
+            with pytest.raises(sdk.APIConnectionError):
+                untrusting.chat.create(messages=USER)
+        with_cert = grpc.ssl_channel_credentials(ca, certs.client_key.read_bytes(), certs.client_cert.read_bytes())
+        with sdk.MacaronClient(f"localhost:{mutual_port}", credentials=with_cert, timeout=10) as client:
+            assert client.chat.create(messages=USER).text == "Hello world"
+        with sdk.MacaronClient(f"localhost:{mutual_port}", root_certificates=ca, timeout=3, max_retries=0) as no_cert:
+            with pytest.raises(sdk.APIConnectionError):
+                no_cert.chat.create(messages=USER)
     finally:
         server.stop(0)
