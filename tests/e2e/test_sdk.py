@@ -71,6 +71,25 @@ def test_errors(stack: Stack, client: sdk.MacaronClient) -> None:
     assert info.value.request_id
 
 
+def _nested_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+@pytest.mark.parametrize("depth", [40, 300])
+def test_deeply_nested_schemas_are_bad_requests(client: sdk.MacaronClient, depth: int) -> None:
+    """Past the gateway (the SDK calls the router directly): a schema nested hundreds deep is a clear 400."""
+    for specialist, params in (("chat", {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "deep", "schema": _nested_schema(depth)}}}),
+            ("agent", {"tools": [{"type": "function", "function": {"name": "f", "parameters": _nested_schema(depth)}}],
+                       "tool_choice": "required"})):
+        with pytest.raises(sdk.BadRequestError, match="nested"):
+            client.chat.create(messages=[{"role": "user", "content": "hi"}], specialist=specialist, max_tokens=4,
+                               **params)
+
+
 async def test_four_concurrent_sessions_async(stack: Stack) -> None:
     run = str(time.time_ns())
     async with sdk.AsyncMacaronClient(stack.router_target, api_key=API_KEY, timeout=120.0) as client:
