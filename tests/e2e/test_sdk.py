@@ -46,8 +46,8 @@ def test_stream_and_auto_route(client: sdk.MacaronClient) -> None:
 def test_tool_choice_required(client: sdk.MacaronClient) -> None:
     result = client.chat.create(messages=[{"role": "user", "content": "Weather in Oslo?"}], specialist="agent",
                                 tools=[WEATHER_TOOL], tool_choice="required", max_tokens=64)
-    assert result.finish_reason == "tool_calls" and result.tool_calls
-    call = result.tool_calls[0]
+    assert result.finish_reason == "tool_calls"
+    (call,) = result.tool_calls  # a required call is one constrained call: never more
     assert call.function.name == "get_weather"
     jsonschema.validate(call.function.parsed_arguments(), WEATHER_TOOL["function"]["parameters"])
 
