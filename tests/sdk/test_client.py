@@ -266,6 +266,8 @@ def test_bad_params_fail_before_any_call() -> None:
             client.chat.create(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])
         with pytest.raises(ValueError, match="specialist"):
             client.chat.create(messages=USER, specialist="poet")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="printable ASCII"):  # gRPC metadata could not carry it
+            client.chat.create(messages=USER, request_id="caf\u00e9")
 
 
 def test_unreachable_router_is_a_connection_error_after_retries() -> None:

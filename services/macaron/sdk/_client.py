@@ -111,6 +111,12 @@ class _BaseClient:
 
     @staticmethod
     def new_request_id(request_id: str | None) -> str:
+        """The caller's id (checked: it travels as gRPC metadata), else the bound one, else a new one."""
+        if request_id and telemetry.clean_request_id(request_id) != request_id:
+            raise ValueError(
+                f"request_id must be printable ASCII without spaces, at most {telemetry.MAX_REQUEST_ID_LENGTH} "
+                f"characters (it travels as gRPC metadata); got {request_id[:40]!r}"
+            )
         return request_id or telemetry.current_request_id() or uuid.uuid4().hex
 
     def _should_retry(self, exc: grpc.RpcError, attempt: int, max_retries: int) -> bool:
