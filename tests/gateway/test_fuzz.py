@@ -55,13 +55,17 @@ BODY = st.fixed_dictionaries(
 )
 
 
+BOUNDED = {"deadline": None, "derandomize": True, "database": None,  # the same examples on every run, none stored
+           "suppress_health_check": [HealthCheck.function_scoped_fixture]}
+
+
 @pytest.fixture(scope="module")
 def http(dev_gateway: ThreadedServer):
     with httpx.Client(base_url=dev_gateway.url, timeout=20.0) as client:
         yield client
 
 
-@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, **BOUNDED)
 @given(body=BODY)
 def test_no_request_body_gets_a_5xx(http: httpx.Client, body: dict) -> None:
     response = http.post("/v1/chat/completions", content=json.dumps(body).encode(),
@@ -87,7 +91,7 @@ VALID_SHAPED = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, **BOUNDED)
 @given(body=VALID_SHAPED)
 def test_valid_shaped_bodies_with_extreme_values_get_no_5xx(http: httpx.Client, body: dict) -> None:
     """Bodies that pass the shape checks reach the router: their values must fit the wire (int32, int64, UTF-8)."""
