@@ -243,7 +243,8 @@ class EmbeddedStack:
             configured = spec.profile(name).port
             port = choose_port(configured, fallback=s.serve.free_ports, what=f"specialist {name}")
             # Metrics only on the fixed layout: a stack moved to free ports must not take a neighbour's port.
-            server = SpecialistServer(pipeline, LOOPBACK, port, serve_metrics=port == configured)
+            server = SpecialistServer(pipeline, LOOPBACK, port, serve_metrics=port == configured,
+                                      internal_token=s.auth.internal_token_value)
             self._specialists.append(server)
             targets[name] = f"{LOOPBACK}:{await server.start()}"
         return targets

@@ -54,7 +54,8 @@ def test_completion_with_usage_and_route_headers(client: openai.OpenAI) -> None:
     usage = completion.usage
     assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 16
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-    assert usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens >= 0
+    cached = usage.prompt_tokens_details.cached_tokens
+    assert isinstance(cached, int) and 0 <= cached < usage.prompt_tokens  # the last prompt token is always computed
     assert raw.headers["x-request-id"] == "e2e-req-1"
     assert raw.headers["x-macaron-specialist"] == "chat" and raw.headers["x-macaron-route-reason"] == "explicit"
     assert completion.model == "macaron-chat"
@@ -103,13 +104,32 @@ def test_auto_and_forced_models(client: openai.OpenAI) -> None:
 def test_tool_choice_required_gives_parsed_tool_calls(client: openai.OpenAI) -> None:
     completion = client.chat.completions.create(
         model="macaron-agent", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=[WEATHER_TOOL], tool_choice="required", max_tokens=64,
+        tools=[WEATHER_TOOL], tool_choice="required", max_tokens=64, parallel_tool_calls=False,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
-    (call,) = choice.message.tool_calls[:1]
+    (call,) = choice.message.tool_calls  # exactly one: parallel_tool_calls is false
     assert call.type == "function" and call.function.name == "get_weather" and call.id
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def test_a_forced_call_cut_by_max_tokens_answers_what_fit_with_length(client: openai.OpenAI) -> None:
+    for budget in (6, 40):  # cut in the name, then in the arguments
+        completion = client.chat.completions.create(
+            model="macaron-agent", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=budget,
+        )
+        choice = completion.choices[0]
+        assert choice.finish_reason == "length" and completion.usage.completion_tokens == budget
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and call.id
+        arguments = call.function.arguments
+        if budget == 6:
+            assert arguments == ""  # nothing of the arguments fit
+        else:
+            assert arguments.startswith("{")
+            with pytest.raises(json.JSONDecodeError):  # what fit: the arguments' JSON so far, incomplete
+                json.loads(arguments)
 
 
 def test_json_schema_on_ui_gives_valid_json(client: openai.OpenAI) -> None:
@@ -182,10 +202,31 @@ def _running(stack: Stack) -> int:
     return httpx.get(stack.engine_url + "/v1/loads", timeout=5).json()["loads"][0]["num_running_reqs"]
 
 
+def _aborted(stack: Stack) -> float:
+    """The engine's count of aborted requests (SGLang's metric): only a cancellation moves it."""
+    text = httpx.get(stack.engine_url + "/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("sglang:num_aborted_requests_total"))
+
+
+LONG = {"max_tokens": 1900, "min_tokens": 1900, "temperature": 0,  # cannot end by itself before the test looks
+        "messages": [{"role": "user", "content": "Tell me a very long story about macarons."}]}
+
+
+def _wait_aborted(stack: Stack, before: float) -> None:
+    deadline = time.monotonic() + 10
+    while _aborted(stack) <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _aborted(stack) == before + 1, "the engine request was not aborted"
+    while _running(stack) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(stack) == 0
+
+
 def test_client_disconnect_cancels_down_to_the_engine(stack: Stack) -> None:
-    body = {"model": "macaron-chat", "stream": True, "max_tokens": 1900, "temperature": 0,
-            "messages": [{"role": "user", "content": "Tell me a very long story about macarons."}]}
+    body = {"model": "macaron-chat", "stream": True, **LONG}
     headers = {"authorization": f"Bearer {API_KEY}"}
+    before = _aborted(stack)
     with httpx.stream("POST", stack.api_url + "/chat/completions", json=body, headers=headers, timeout=60) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
@@ -193,7 +234,13 @@ def test_client_disconnect_cancels_down_to_the_engine(stack: Stack) -> None:
             next(lines)
         running_while_streaming = _running(stack)
     assert running_while_streaming >= 1
-    deadline = time.monotonic() + 10
-    while _running(stack) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _running(stack) == 0
+    _wait_aborted(stack, before)
+
+
+def test_client_leaving_a_non_streamed_request_cancels_down_to_the_engine(stack: Stack) -> None:
+    body = {"model": "macaron-chat", **LONG}
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    before = _aborted(stack)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(stack.api_url + "/chat/completions", json=body, headers=headers, timeout=httpx.Timeout(60, read=2.0))
+    _wait_aborted(stack, before)

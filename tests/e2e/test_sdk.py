@@ -46,8 +46,8 @@ def test_stream_and_auto_route(client: sdk.MacaronClient) -> None:
 def test_tool_choice_required(client: sdk.MacaronClient) -> None:
     result = client.chat.create(messages=[{"role": "user", "content": "Weather in Oslo?"}], specialist="agent",
                                 tools=[WEATHER_TOOL], tool_choice="required", max_tokens=64)
-    assert result.finish_reason == "tool_calls" and result.tool_calls
-    call = result.tool_calls[0]
+    assert result.finish_reason == "tool_calls"
+    (call,) = result.tool_calls  # a required call is one constrained call: never more
     assert call.function.name == "get_weather"
     jsonschema.validate(call.function.parsed_arguments(), WEATHER_TOOL["function"]["parameters"])
 
@@ -69,6 +69,25 @@ def test_errors(stack: Stack, client: sdk.MacaronClient) -> None:
     with pytest.raises(sdk.ContextLengthExceededError) as info:
         client.chat.create(messages=[{"role": "user", "content": "hi"}], specialist="chat", max_tokens=4000)
     assert info.value.request_id
+
+
+def _nested_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+@pytest.mark.parametrize("depth", [40, 300])
+def test_deeply_nested_schemas_are_bad_requests(client: sdk.MacaronClient, depth: int) -> None:
+    """Past the gateway (the SDK calls the router directly): a schema nested hundreds deep is a clear 400."""
+    for specialist, params in (("chat", {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "deep", "schema": _nested_schema(depth)}}}),
+            ("agent", {"tools": [{"type": "function", "function": {"name": "f", "parameters": _nested_schema(depth)}}],
+                       "tool_choice": "required"})):
+        with pytest.raises(sdk.BadRequestError, match="nested"):
+            client.chat.create(messages=[{"role": "user", "content": "hi"}], specialist=specialist, max_tokens=4,
+                               **params)
 
 
 async def test_four_concurrent_sessions_async(stack: Stack) -> None:

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from engine_api.servers import ThreadedServer
+from macaron.v1 import common_pb2 as pb
 from sdk.fake_router import FakeRouterServer
 
 from .conftest import API_KEY, LIMITED_KEY, make_settings
@@ -52,6 +53,43 @@ def test_forced_model_and_user_as_session(dev_gateway: ThreadedServer, fake: Fak
     assert request.specialist == 4 and request.session_id == "alice"
 
 
+def test_named_tool_choice_response_format_and_sampling_extras_reach_the_router(dev_gateway: ThreadedServer,
+                                                                              fake: FakeRouterServer) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    oai(dev_gateway).chat.completions.create(
+        model="macaron-agent", messages=HI, tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        extra_body={"top_k": 20, "min_p": 0.1, "repetition_penalty": 1.2, "min_tokens": 2},
+    )
+    sent = fake.servicer.calls[-1].request
+    assert sent.tool_choice.function_name == "get_weather"
+    assert sent.sampling.top_k == 20 and sent.sampling.min_p == pytest.approx(0.1)
+    assert sent.sampling.repetition_penalty == pytest.approx(1.2) and sent.sampling.min_new_tokens == 2
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    oai(dev_gateway).chat.completions.create(
+        model="macaron-chat", messages=HI,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}},
+    )
+    fmt = fake.servicer.calls[-1].request.response_format
+    assert fmt.type == pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA and fmt.json_schema.name == "answer"
+    assert json.loads(fmt.json_schema.schema_json) == schema
+    oai(dev_gateway).chat.completions.create(model="macaron-chat", messages=HI, extra_body={"top_k": 0})
+    assert fake.servicer.calls[-1].request.sampling.top_k == -1  # vLLM's "off"
+
+
+def test_parallel_tool_calls_false_answers_one_call(dev_gateway: ThreadedServer) -> None:
+    client = oai(dev_gateway)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    msgs = [{"role": "user", "content": "two tools"}]
+    both = client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools)
+    assert [c.id for c in both.choices[0].message.tool_calls] == ["call_1", "call_2"]
+    one = client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, parallel_tool_calls=False)
+    assert [c.id for c in one.choices[0].message.tool_calls] == ["call_1"]
+    streamed = [d for c in client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, stream=True,
+                                                          parallel_tool_calls=False)
+                if c.choices and c.choices[0].delta.tool_calls for d in c.choices[0].delta.tool_calls]
+    assert {d.index for d in streamed} == {0} and streamed[0].id == "call_1"
+
+
 def test_stream_in_openai_sse_shape_with_usage(dev_gateway: ThreadedServer) -> None:
     client = oai(dev_gateway)
     with client.chat.completions.with_streaming_response.create(
@@ -73,11 +111,17 @@ def test_stream_in_openai_sse_shape_with_usage(dev_gateway: ThreadedServer) -> N
     assert "".join(c.choices[0].delta.content or "" for c in parsed) == "Hello world"
 
 
-def test_tool_calls_whole_and_streamed(dev_gateway: ThreadedServer) -> None:
+def test_tool_calls_whole_and_streamed(dev_gateway: ThreadedServer, fake: FakeRouterServer) -> None:
     client = oai(dev_gateway)
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": parameters}}]
     msgs = [{"role": "user", "content": "tools"}]
     completion = client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, tool_choice="required")
+    sent = fake.servicer.calls[-1].request  # tools and tool_choice reach the router as they were given
+    (tool,) = sent.tools
+    assert tool.function.name == "get_weather" and tool.function.description == "Weather now"
+    assert json.loads(tool.function.parameters_json) == parameters
+    assert sent.tool_choice.mode == pb.TOOL_CHOICE_MODE_REQUIRED
     (call,) = completion.choices[0].message.tool_calls
     assert completion.choices[0].finish_reason == "tool_calls" and completion.choices[0].message.content is None
     assert call.id == "call_1" and json.loads(call.function.arguments) == {"city": "Paris"}
@@ -170,12 +214,22 @@ def test_engine_abort_is_503(dev_gateway: ThreadedServer) -> None:
 
 
 def test_client_disconnect_cancels_the_router_call(dev_gateway: ThreadedServer, fake: FakeRouterServer) -> None:
+    """The router call's deadline is 10 s (router_timeout_s) and the stream would run 100 s: only a
+    cancellation ends it within 5 s, and the fake counts only a cancellation before the deadline."""
     body = {"model": "macaron-auto", "messages": [{"role": "user", "content": "slow"}], "stream": True}
     with httpx.stream("POST", dev_gateway.url + "/v1/chat/completions", json=body, timeout=20) as response:
         lines = response.iter_lines()
         for _ in range(3):
             next(lines)
-    assert fake.servicer.cancelled.wait(10), "the router call was not cancelled"
+    assert fake.servicer.cancelled.wait(5), "the router call was not cancelled"
+
+
+def test_client_leaving_a_non_streamed_request_cancels_the_router_call(dev_gateway: ThreadedServer,
+                                                                       fake: FakeRouterServer) -> None:
+    body = {"model": "macaron-auto", "messages": [{"role": "user", "content": "slow"}]}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up after 1 s and closes the connection
+        httpx.post(dev_gateway.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=1.0))
+    assert fake.servicer.cancelled.wait(5), "the router call was not cancelled"
 
 
 def test_trace_context_reaches_the_router(dev_gateway: ThreadedServer, fake: FakeRouterServer) -> None:

@@ -37,6 +37,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "external-redis-url": {"redis": {"enabled": False, "external": {"url": "rediss://:secret@redis.example.com:6380/0"}}},
     "redis-password": {"redis": {"auth": {"existingSecret": "macaron-redis-auth"}}},
     "dns-discovery": {"router": {"discovery": "dns"}},
+    "grpc-tls": {"tls": {"enabled": True, "mutual": True, "serverName": "macaron.internal"}},
     "api-cidrs": {"networkPolicy": {"kubeApiCidrs": ["10.0.0.1/32"], "kubeApiPorts": [6443]}},
     "tokenizer-volume": {
         "model": {"tokenizer": {"volume": {"persistentVolumeClaim": {"claimName": "tok", "readOnly": True}}}},

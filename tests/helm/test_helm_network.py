@@ -11,6 +11,8 @@ INTERNET = outside("a client on the internet", "198.51.100.7")
 API_SERVER = outside("the Kubernetes API server", "10.0.0.1")
 DNS = pod("kube-dns", {"k8s-app": "kube-dns"}, namespace="kube-system")
 PROMETHEUS = pod("prometheus", {"app.kubernetes.io/name": "prometheus"}, namespace="monitoring")
+FAKE_PROMETHEUS = pod("a pod labelled prometheus elsewhere", {"app.kubernetes.io/name": "prometheus"}, namespace="tenant-x")
+UNLABELLED_IN_MONITORING = pod("another pod of the monitoring namespace", {"app": "grafana"}, namespace="monitoring")
 INGRESS_CONTROLLER = pod("ingress-nginx", {"app.kubernetes.io/name": "ingress-nginx"}, namespace="ingress-nginx")
 NEIGHBOUR = pod("another app in the namespace", {"app": "other"})
 
@@ -59,11 +61,12 @@ def test_from_outside_only_the_gateway_and_an_external_router_are_reachable(exam
         assert not can_connect(policies, INTERNET, world["router"], 50051)
 
 
-def test_only_routers_and_gateways_reach_specialists(example) -> None:
+def test_only_routers_reach_specialists(example) -> None:
+    """The real call graph: the gateway calls the router (SDK), never a specialist."""
     _, policies, world = example
     for port in SPECIALIST_PORTS:
         assert can_connect(policies, world["router"], world["specialist"], port)
-        assert can_connect(policies, world["gateway"], world["specialist"], port)
+        assert not can_connect(policies, world["gateway"], world["specialist"], port)
         assert not can_connect(policies, world["base"], world["specialist"], port)
         assert not can_connect(policies, NEIGHBOUR, world["specialist"], port)
     assert can_connect(policies, world["gateway"], world["router"], 50051)
@@ -144,3 +147,13 @@ def test_prometheus_scrapes_metrics_ports_only(example) -> None:
         assert not can_connect(policies, PROMETHEUS, world["router"], 50051)
     if "redis" in world:
         assert not can_connect(policies, PROMETHEUS, world["redis"], 6379)
+
+
+def test_prometheus_is_selected_by_namespace_and_label(example) -> None:
+    """A prometheus label in another namespace, or another pod of the monitoring namespace, scrapes nothing."""
+    _, policies, world = example
+    for intruder in (FAKE_PROMETHEUS, UNLABELLED_IN_MONITORING):
+        assert not can_connect(policies, intruder, world["router"], 51051), intruder.name
+        for port in SPECIALIST_PORTS:
+            assert not can_connect(policies, intruder, world["specialist"], port + 1000), intruder.name
+        assert not can_connect(policies, intruder, world["base"], 30000), intruder.name

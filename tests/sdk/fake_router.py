@@ -4,10 +4,12 @@ The newest user message picks the behaviour:
 
 - `fail:CODE` aborts with that gRPC status (`fail:RESOURCE_EXHAUSTED` carries RetryInfo 2.5 s,
   `fail:context` is INVALID_ARGUMENT with ErrorInfo reason context_length_exceeded);
+- `limited:N:MS` answers RESOURCE_EXHAUSTED (RetryInfo MS milliseconds) to the first N attempts, then works;
 - `flaky:N` answers UNAVAILABLE to the first N attempts of this request id, then works;
 - `midfail` streams one text chunk, then fails with INTERNAL;
-- `slow` streams a chunk every 50 ms until cancelled (`cancelled` is set when it is);
-- `tools` answers one tool call; `abort` finishes with FINISH_REASON_ABORT;
+- `slow` streams a chunk every 50 ms for 100 s; `cancelled` is set only when the client cancels it
+  before its deadline (not when it ends or times out);
+- `tools` answers one tool call, `two tools` two of them; `abort` finishes with FINISH_REASON_ABORT;
 - anything else: route, "Hello", " world", finish STOP with usage (cached_tokens 3).
 
 Every call's request and metadata are recorded in `calls`.
@@ -64,6 +66,11 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
         rid = request.request_id
         if text.startswith("fail:"):
             _abort(context, text.split(":", 1)[1])
+        if text.startswith("limited:"):  # limited:N:MS: RESOURCE_EXHAUSTED (RetryInfo MS) to the first N attempts
+            _, times, delay_ms = text.split(":")
+            self.attempts[rid] = self.attempts.get(rid, 0) + 1
+            if self.attempts[rid] <= int(times):
+                _rate_limited(context, int(delay_ms))
         if text.startswith("flaky:"):
             self.attempts[rid] = self.attempts.get(rid, 0) + 1
             if self.attempts[rid] <= int(text.split(":")[1]):
@@ -76,7 +83,14 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
         route.replica = "http://127.0.0.1:30000"
         yield pb.GenerateChunk(request_id=rid, route=route)
         if text == "slow":
-            context.add_callback(self.cancelled.set)
+            remaining = context.time_remaining()
+            deadline = time.monotonic() + remaining if remaining is not None else float("inf")
+
+            def ended() -> None:  # it never ends by itself within the tests: the client, or its deadline, ended it
+                if time.monotonic() < deadline - 0.1:
+                    self.cancelled.set()
+
+            context.add_callback(ended)
             for i in range(2000):
                 if not context.is_active():
                     return
@@ -91,6 +105,14 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
                 pb.ToolCallDelta(index=0, id="call_1", type="function", name="get_weather", arguments='{"city": '),
             ])
             yield pb.GenerateChunk(request_id=rid, tool_calls=[pb.ToolCallDelta(index=0, arguments='"Paris"}')])
+            yield _done(rid, pb.FINISH_REASON_TOOL_CALLS)
+            return
+        if text == "two tools":
+            for index, city in enumerate(("Paris", "Oslo")):
+                yield pb.GenerateChunk(request_id=rid, tool_calls=[
+                    pb.ToolCallDelta(index=index, id=f"call_{index + 1}", type="function", name="get_weather",
+                                     arguments=f'{{"city": "{city}"}}'),
+                ])
             yield _done(rid, pb.FINISH_REASON_TOOL_CALLS)
             return
         if text == "abort":
@@ -124,12 +146,18 @@ def _abort(context: grpc.ServicerContext, what: str) -> None:
         context.abort_with_status(rpc_status.to_status(status))
     code = grpc.StatusCode[what]
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="rate limit exceeded")
-        detail = any_pb2.Any()
-        detail.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2, nanos=500_000_000)))
-        status.details.append(detail)
-        context.abort_with_status(rpc_status.to_status(status))
+        _rate_limited(context, 2500)
     context.abort(code, f"fake {what}")
+
+
+def _rate_limited(context: grpc.ServicerContext, delay_ms: int) -> None:
+    status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="rate limit exceeded")
+    detail = any_pb2.Any()
+    delay = duration_pb2.Duration()
+    delay.FromMilliseconds(delay_ms)
+    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    status.details.append(detail)
+    context.abort_with_status(rpc_status.to_status(status))
 
 
 class FakeRouterServer:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -144,6 +142,7 @@ def test_tool_call_deltas_are_merged(twin: Twin) -> None:
     ],
 )
 def test_status_codes_map_to_one_error_tree(twin: Twin, code: str, cls: type[sdk.APIError]) -> None:
+    twin.options["max_retries"] = 0  # a 429 is retried otherwise (below)
     with pytest.raises(cls) as info:
         twin.create(messages=[{"role": "user", "content": f"fail:{code}"}], request_id="rid-err")
     err = info.value
@@ -163,6 +162,40 @@ def test_unavailable_before_the_first_chunk_is_retried(twin: Twin, fake: FakeRou
     with pytest.raises(sdk.APIConnectionError):
         twin.create(messages=[{"role": "user", "content": "flaky:3"}], request_id="flaky-fail")
     assert fake.servicer.attempts["flaky-fail"] == 3  # 1 + max_retries (2)
+
+
+def test_rate_limited_calls_are_retried_after_the_delay_the_server_asks(twin: Twin, fake: FakeRouterServer) -> None:
+    start = time.monotonic()
+    result = twin.create(messages=[{"role": "user", "content": "limited:2:300"}], request_id="limited-ok")
+    assert result.text == "Hello world" and fake.servicer.attempts["limited-ok"] == 3
+    assert time.monotonic() - start >= 0.55  # two waits of 300 ms (RetryInfo), not the 0.5 s backoff's jitter
+    with pytest.raises(sdk.RateLimitError) as info:
+        twin.create(messages=[{"role": "user", "content": "limited:9:50"}], request_id="limited-fail")
+    assert fake.servicer.attempts["limited-fail"] == 3 and info.value.retry_after_s == pytest.approx(0.05)
+    start = time.monotonic()
+    with pytest.raises(sdk.RateLimitError):  # a delay over a minute is not waited for
+        twin.create(messages=[{"role": "user", "content": "limited:1:61000"}], request_id="limited-long")
+    assert fake.servicer.attempts["limited-long"] == 1 and time.monotonic() - start < 5
+
+
+def test_rate_limits_can_be_handed_straight_back(fake: FakeRouterServer) -> None:
+    with sdk.MacaronClient(fake.target, timeout=10, retry_rate_limits=False) as client:
+        with pytest.raises(sdk.RateLimitError):
+            client.chat.create(messages=[{"role": "user", "content": "limited:1:50"}], request_id="limited-once")
+    assert fake.servicer.attempts["limited-once"] == 1
+
+
+def test_sampling_extras_reach_the_router(twin: Twin, fake: FakeRouterServer) -> None:
+    twin.create(messages=USER, top_k=40, min_p=0.05, repetition_penalty=1.1, min_tokens=3)
+    sampling = fake.servicer.calls[-1].request.sampling
+    assert sampling.top_k == 40 and sampling.min_p == pytest.approx(0.05)
+    assert sampling.repetition_penalty == pytest.approx(1.1) and sampling.min_new_tokens == 3
+
+
+def test_the_package_ships_its_types() -> None:
+    from importlib import resources
+
+    assert resources.files("macaron.sdk").joinpath("py.typed").is_file()
 
 
 def test_other_errors_and_mid_stream_failures_are_not_retried(twin: Twin, fake: FakeRouterServer) -> None:
@@ -233,6 +266,8 @@ def test_bad_params_fail_before_any_call() -> None:
             client.chat.create(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])
         with pytest.raises(ValueError, match="specialist"):
             client.chat.create(messages=USER, specialist="poet")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="printable ASCII"):  # gRPC metadata could not carry it
+            client.chat.create(messages=USER, request_id="caf\u00e9")
 
 
 def test_unreachable_router_is_a_connection_error_after_retries() -> None:
@@ -244,14 +279,13 @@ def test_unreachable_router_is_a_connection_error_after_retries() -> None:
         assert not client.health(timeout=1)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_tls_with_a_private_ca(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )
+    """A throwaway CA (made with `cryptography`): the SDK trusts it, a plain or untrusting client gets nowhere,
+    and with mutual TLS only a client presenting a certificate the CA signed is served."""
+    from auth.certs import make_certs
+
+    certs = make_certs(tmp_path)
+    key, cert = certs.server_key, certs.server_cert
     from concurrent import futures
 
     from macaron.v1 import router_pb2_grpc
@@ -261,12 +295,26 @@ def test_tls_with_a_private_ca(tmp_path: Path) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     router_pb2_grpc.add_RouterServicer_to_server(FakeRouter(), server)
     port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())]))
+    mutual = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())],
+                                         root_certificates=certs.ca.read_bytes(), require_client_auth=True)
+    mutual_port = server.add_secure_port("127.0.0.1:0", mutual)
     server.start()
+    ca = certs.ca.read_bytes()
     try:
-        with sdk.MacaronClient(f"localhost:{port}", root_certificates=cert.read_bytes(), timeout=10) as client:
+        with sdk.MacaronClient(f"localhost:{port}", root_certificates=ca, timeout=10) as client:
             assert client.tls and client.chat.create(messages=USER).text == "Hello world"
         with sdk.MacaronClient(f"localhost:{port}", timeout=3, max_retries=0) as plain:
             with pytest.raises(sdk.APIError):
                 plain.chat.create(messages=USER)
+        with sdk.MacaronClient(f"localhost:{port}", root_certificates=certs.other_ca.read_bytes(), timeout=3,
+                               max_retries=0) as untrusting:
+            with pytest.raises(sdk.APIConnectionError):
+                untrusting.chat.create(messages=USER)
+        with_cert = grpc.ssl_channel_credentials(ca, certs.client_key.read_bytes(), certs.client_cert.read_bytes())
+        with sdk.MacaronClient(f"localhost:{mutual_port}", credentials=with_cert, timeout=10) as client:
+            assert client.chat.create(messages=USER).text == "Hello world"
+        with sdk.MacaronClient(f"localhost:{mutual_port}", root_certificates=ca, timeout=3, max_retries=0) as no_cert:
+            with pytest.raises(sdk.APIConnectionError):
+                no_cert.chat.create(messages=USER)
     finally:
         server.stop(0)

@@ -61,6 +61,33 @@ def test_forced_schema_and_parse() -> None:
         parser.parse_forced('{"name": "get_weather", "arguments": {}}', (WEATHER,))
 
 
+def test_structured_answers_cut_by_max_tokens_give_what_fit() -> None:
+    """As OpenAI: a forced call or UI description that hit max_tokens is answered, partial, with finish length."""
+    from macaron.specialist.events import TextDelta, ToolCalls
+    from macaron.specialist.finish import Finish
+    from macaron.specialist.postprocess import finish_output
+
+    settings = SpecialistsSettings()
+    agent, ui = load_profile(settings, "agent"), load_profile(settings, "ui")
+    email = ToolSpec("send_email", "", {"type": "object"})
+    hi = (Message("user", "weather?"),)
+    forced = ChatRequest(messages=hi, tools=(WEATHER, email), tool_choice=ToolChoice("function", "get_weather"))
+    cut = Finish("length", length=8)
+    (calls,) = finish_output('{"name": "get_weather", "arguments": {"city": "Pa', 0, cut, forced,
+                             plan_output(forced, agent), agent, 8)
+    assert isinstance(calls, ToolCalls)
+    (call,) = calls.calls
+    assert call.name == "get_weather" and call.arguments == '{"city": "Pa' and call.id.startswith("call_")
+    (early,) = finish_output('{"na', 0, cut, forced, plan_output(forced, agent), agent, 2)
+    assert early.calls[0].name == "get_weather" and early.calls[0].arguments == ""  # the forced function's name
+    required = ChatRequest(messages=hi, tools=(WEATHER, email), tool_choice=ToolChoice("required"))
+    (unnamed,) = finish_output('{"na', 0, cut, required, plan_output(required, agent), agent, 2)
+    assert unnamed.calls[0].name == ""  # two functions it could be: none is made up
+    request = ChatRequest(messages=hi)
+    (text,) = finish_output('{"type": "card", "chi', 0, cut, request, plan_output(request, ui), ui, 8)
+    assert isinstance(text, TextDelta) and text.text == '{"type": "card", "chi'
+
+
 def test_parser_registry_is_pluggable() -> None:
     class Loud(HermesParser):
         name = "loud"

@@ -65,6 +65,37 @@ def test_render_tools_calls_and_results_with_the_chat_template(tokenizer) -> Non
     assert render(request, P(), tokenizer) == text  # deterministic: the router hashes this text
 
 
+# The assistant tool-call loop of Qwen2.5's (and, with other markers, Llama 3.1's) chat template:
+# `arguments` goes through `tojson` whatever its type, so a JSON string would be encoded twice.
+TOJSON_TEMPLATE = """{%- for message in messages -%}
+{{- '<|im_start|>' + message.role + '\n' + (message.content or '') -}}
+{%- for tool_call in message.tool_calls or [] -%}
+{%- if tool_call.function is defined -%}{%- set tool_call = tool_call.function -%}{%- endif -%}
+{{- '<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' + (tool_call.arguments | tojson) + '}\n</tool_call>' -}}
+{%- endfor -%}
+{{- '<|im_end|>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"""
+
+
+@pytest.mark.parametrize("template", ["the model's", "tojson always (Qwen2.5, Llama 3.1)"])
+def test_earlier_tool_calls_reach_the_template_as_objects(tokenizer, template: str) -> None:
+    import copy
+
+    if template != "the model's":
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = TOJSON_TEMPLATE
+    request = ChatRequest(messages=(
+        Message("user", "Weather in Paris?"),
+        Message("assistant", "", tool_calls=(ToolCall("call_1", "get_weather", '{"city":"Paris","days":[1,2]}'),)),
+        Message("tool", "sunny", tool_call_id="call_1"),
+        Message("user", "And tomorrow?"),
+    ), tools=(WEATHER,))
+    text = render(request, P(), tokenizer)
+    assert '{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}' in text
+    assert '\\"city' not in text and '"{' not in text  # never a JSON string inside the JSON
+
+
 def test_forced_call_appends_the_prefix_and_none_hides_tools(tokenizer) -> None:
     base = dict(messages=(Message("user", "hi"),), tools=(WEATHER,))
     forced = render(ChatRequest(**base, tool_choice=ToolChoice("required")), P(), tokenizer)
@@ -73,14 +104,35 @@ def test_forced_call_appends_the_prefix_and_none_hides_tools(tokenizer) -> None:
     assert "# Tools" not in hidden
 
 
-def test_router_and_specialist_render_the_same_text(tokenizer) -> None:
-    """The router loads the same profile from the same settings and gets the same prompt."""
+async def test_router_and_specialist_render_the_same_text(tokenizer) -> None:
+    """The router's affinity hashes come from the prompt the specialist will send: each service's own
+    path (the router's RoutingCore with its profiles, the specialist's Pipeline) over the wire format."""
+    from macaron.config import MacaronSettings
+    from macaron.discovery import StaticSource
+    from macaron.router.prefix_index import block_hashes
+    from macaron.router.server import RouterServer
+    from macaron.specialist.server import build_pipelines
+    from macaron.store import MemoryStore
+
     proto = pb.GenerateRequest(messages=[pb.ChatMessage(role=pb.ROLE_DEVELOPER, content="Be short."),
-                                         pb.ChatMessage(role=pb.ROLE_USER, content="Fix my bug")])
-    a = render(request_from_proto(proto), load_profile(SpecialistsSettings(), "code"), tokenizer)
-    b = render(request_from_proto(pb.GenerateRequest.FromString(proto.SerializeToString())),
-               load_profile(SpecialistsSettings(), "code"), tokenizer)
-    assert a == b and "Be short." in a and SpecialistsSettings().code.system_prompt in a
+                                         pb.ChatMessage(role=pb.ROLE_USER, content="Fix my bug " * 40)])
+    settings = MacaronSettings(router={"metrics": False})
+    router = RouterServer(settings, store=MemoryStore(), classifier=None, tokenizer=tokenizer,
+                          discovery=StaticSource(["http://127.0.0.1:9"]), host="127.0.0.1", port=0, serve_metrics=False)
+    try:
+        routed = router.core.prompt_blocks(request_from_proto(proto), "code")
+    finally:
+        await router.aclose()
+    pipeline = build_pipelines(settings, ["code"], tokenizer)["code"]
+    sent = pipeline.prompt_ids(request_from_proto(pb.GenerateRequest.FromString(proto.SerializeToString())))
+    text = tokenizer.decode(sent, skip_special_tokens=False)
+    assert "Be short." in text and SpecialistsSettings().code.system_prompt in text
+    rs = settings.router
+    expected = block_hashes(text, block_chars=rs.prefix_block_chars, seed=router.core.adapters["code"].seed,
+                            max_blocks=rs.prefix_max_blocks)
+    assert len(routed) >= 2 and list(routed) == expected
+    chat = router.core.prompt_blocks(request_from_proto(proto), "chat")
+    assert list(chat) != expected  # another specialist's prompt (and adapter) hashes differently
 
 
 def test_conversion_keeps_meaning() -> None:

@@ -25,6 +25,15 @@ The base-weight pod group's pod template: (dict "root" $ "role" "single|leader|w
 {{- if $s.contextLength -}}
 {{- $args = concat $args (list "--context-length" (toString $s.contextLength)) -}}
 {{- end -}}
+{{- $args = concat $args (list "--max-queued-requests" (toString $s.maxQueuedRequests)) -}}
+{{- if $s.constrainedJsonDisableAnyWhitespace -}}
+{{- $args = append $args "--constrained-json-disable-any-whitespace" -}}
+{{- end -}}
+{{- if $s.incrementalStreamingOutput -}}
+{{- $args = append $args "--incremental-streaming-output" -}}
+{{- end -}}
+{{- /* The key comes from the environment (a Secret), expanded by the kubelet: never in the pod spec. */ -}}
+{{- $args = concat $args (list "--api-key" "$(MACARON_ENGINE__API_KEY)") -}}
 {{- $args = append $args "--enable-metrics" -}}
 {{- if ne .role "single" -}}
 {{- $args = concat $args (list
@@ -39,7 +48,8 @@ The base-weight pod group's pod template: (dict "root" $ "role" "single|leader|w
 {{- define "macaron.embeddedArgs" -}}
 {{- $root := .root -}}
 {{- $v := $root.Values -}}
-{{- $args := list "engine" "--host" "0.0.0.0" "--port" (toString $v.base.port) -}}
+{{- /* engine.api_key comes from MACARON_ENGINE__API_KEY (a Secret); without it the engine refuses 0.0.0.0. */ -}}
+{{- $args := list "engine" "--host" "0.0.0.0" "--port" (toString $v.base.port) "--incremental-streaming-output" -}}
 {{- if $v.model.volume -}}
 {{- $args = concat $args (list "--model-path" "/models/base" "--served-model-name" $v.model.servedModelName "--lora-paths") (fromJsonArray (include "macaron.loraPaths" $root)) -}}
 {{- end -}}
@@ -99,6 +109,7 @@ spec:
           value: "1"
         - name: TRANSFORMERS_OFFLINE
           value: "1"
+        {{- include "macaron.internalEnv" (dict "root" $root "token" false) | nindent 8 }}
         {{- if $sglang }}
         # /health must stay cheap: liveness uses it, readiness uses /health_generate.
         - name: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION

@@ -139,6 +139,25 @@ macaron.config.MacaronSettings the chart wires (a test loads it with load_settin
   value: {{ list (printf "dns:///%s-%s.%s:%d" (include "macaron.fullname" $) $key $domain (int $spec.port)) | toJson | quote }}
 {{- end }}
 {{- end }}
+{{- include "macaron.internalEnv" (dict "root" . "token" true) }}
+{{- if .Values.tls.enabled }}
+- name: MACARON_ROUTER__TLS__CERT_FILE
+  value: {{ include "macaron.tlsDir" . }}/tls.crt
+- name: MACARON_ROUTER__TLS__KEY_FILE
+  value: {{ include "macaron.tlsDir" . }}/tls.key
+- name: MACARON_ROUTER__SPECIALIST_TLS__CA_FILE
+  value: {{ include "macaron.tlsDir" . }}/ca.crt
+{{- if .Values.tls.mutual }}
+- name: MACARON_ROUTER__SPECIALIST_TLS__CERT_FILE
+  value: {{ include "macaron.tlsDir" . }}/tls.crt
+- name: MACARON_ROUTER__SPECIALIST_TLS__KEY_FILE
+  value: {{ include "macaron.tlsDir" . }}/tls.key
+{{- end }}
+{{- with .Values.tls.serverName }}
+- name: MACARON_ROUTER__SPECIALIST_TLS__SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
 {{- if eq .Values.router.discovery "endpointslices" }}
 - name: MACARON_ROUTER__KUBERNETES__ENABLED
   value: "true"
@@ -162,6 +181,64 @@ macaron.config.MacaronSettings the chart wires (a test loads it with load_settin
   value: {{ .Values.drain.gracePeriodSeconds | quote }}
 - name: MACARON_GATEWAY__ROUTER_TARGET
   value: dns:///{{ include "macaron.routerHeadless" . }}.{{ include "macaron.svcDomain" . }}:{{ .Values.router.port }}
+{{- if .Values.tls.enabled }}
+- name: MACARON_GATEWAY__ROUTER_TLS
+  value: "true"
+- name: MACARON_GATEWAY__ROUTER_CA_FILE
+  value: {{ include "macaron.tlsDir" . }}/ca.crt
+{{- with .Values.tls.serverName }}
+- name: MACARON_GATEWAY__ROUTER_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Specialists: the internal token they require, the engine key they send, their TLS files. */}}
+{{- define "macaron.specialistEnv" -}}
+{{- include "macaron.internalEnv" (dict "root" . "token" true) }}
+{{- if .Values.tls.enabled }}
+- name: MACARON_SPECIALISTS__TLS__CERT_FILE
+  value: {{ include "macaron.tlsDir" . }}/tls.crt
+- name: MACARON_SPECIALISTS__TLS__KEY_FILE
+  value: {{ include "macaron.tlsDir" . }}/tls.key
+{{- if .Values.tls.mutual }}
+- name: MACARON_SPECIALISTS__TLS__CLIENT_CA_FILE
+  value: {{ include "macaron.tlsDir" . }}/ca.crt
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Internal credentials from auth.internal.existingSecret: (dict "root" $ "token" bool).
+The engine key always (every caller of the engine and the engine itself); the token when asked. */}}
+{{- define "macaron.internalEnv" -}}
+{{- $i := .root.Values.auth.internal }}
+{{- if .token }}
+- name: MACARON_AUTH__INTERNAL_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ $i.existingSecret }}
+      key: {{ $i.internalTokenKey }}
+{{- end }}
+- name: MACARON_ENGINE__API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $i.existingSecret }}
+      key: {{ $i.engineApiKeyKey }}
+{{- end -}}
+
+{{- define "macaron.tlsDir" -}}/etc/macaron/tls{{- end -}}
+
+{{- define "macaron.tlsVolume" -}}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+    defaultMode: 0440
+{{- end -}}
+
+{{- define "macaron.tlsMount" -}}
+- name: tls
+  mountPath: {{ include "macaron.tlsDir" . }}
+  readOnly: true
 {{- end -}}
 
 {{/* API keys (hashes) from an existing Secret, for the gateway and the router. */}}
@@ -346,7 +423,20 @@ topologySpreadConstraints:
 {{- if and (not .Values.auth.apiKeys) (not .Values.auth.existingSecret) (not (dig "auth" "api_keys" nil .Values.config)) -}}
 {{- fail "the gateway and the router listen beyond loopback, so they need API keys: set auth.apiKeys (hashes from `macaron keys create`) or auth.existingSecret" -}}
 {{- end -}}
+{{- if not .Values.auth.internal.existingSecret -}}
+{{- fail "the router, the specialists and the engine listen beyond loopback, so they need internal credentials: set auth.internal.existingSecret (a Secret with the internal token and the engine's API key)" -}}
+{{- end -}}
 {{- if and (not .Values.redis.enabled) (not .Values.redis.external.url) (not .Values.redis.external.existingSecret) -}}
 {{- fail "redis.enabled is false: set redis.external.url or redis.external.existingSecret" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* gRPC probes (dict "root" $ "probes" printf-template "port" n): the kubelet's gRPC probe
+cannot speak TLS, so with tls.enabled the same probes check the TCP port instead. */}}
+{{- define "macaron.grpcProbes" -}}
+{{- $probes := printf .probes .port .port -}}
+{{- if .root.Values.tls.enabled -}}
+{{- $probes = replace (printf "grpc: {port: %d}" (int .port)) "tcpSocket: {port: grpc}" $probes -}}
+{{- end -}}
+{{- $probes -}}
 {{- end -}}

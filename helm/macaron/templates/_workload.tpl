@@ -10,6 +10,7 @@ One Macaron service Deployment (gateway, router, a specialist). Parameters:
   ports      container ports (list of ContainerPort dicts)
   probes     startupProbe/readinessProbe/livenessProbe as YAML
   serviceAccount, automountToken, tokenizer (bool: mount the tokenizer files), redis (bool: MACARON_REDIS_URL and API keys: the gateway and the router)
+  tls        bool: mount the gRPC TLS Secret (when tls.enabled)
 */}}
 {{- define "macaron.serviceDeployment" -}}
 {{- $root := .root -}}
@@ -94,10 +95,16 @@ spec:
             {{- with and .tokenizer (include "macaron.tokenizerMounts" $root | trim) }}
             {{- . | nindent 12 }}
             {{- end }}
+            {{- if and .tls $root.Values.tls.enabled }}
+            {{- include "macaron.tlsMount" $root | nindent 12 }}
+            {{- end }}
       volumes:
         {{- include "macaron.configVolume" $root | nindent 8 }}
         {{- with and .tokenizer (include "macaron.tokenizerVolumes" $root | trim) }}
         {{- . | nindent 8 }}
+        {{- end }}
+        {{- if and .tls $root.Values.tls.enabled }}
+        {{- include "macaron.tlsVolume" $root | nindent 8 }}
         {{- end }}
       {{- include "macaron.spread" (dict "root" $root "component" .component) | nindent 6 }}
       {{- with .spec.nodeSelector }}

@@ -6,7 +6,7 @@ target (a headless Service) is one channel whose `round_robin` policy spreads ca
 address the name resolves to. A call that fails with UNAVAILABLE or RESOURCE_EXHAUSTED before
 its first chunk is retried on another target (on a dns target, the balancer moves on by
 itself), up to `max_attempts` and within the caller's deadline; once a chunk went out, an error
-is the caller's. Deadlines propagate (the remaining time becomes the call's timeout), so does
+is the caller's. The internal token goes with every call, over TLS when configured. Deadlines propagate (the remaining time becomes the call's timeout), so does
 cancellation (closing the stream cancels the call), and so do trace context and request id.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 import grpc
 
@@ -32,20 +32,23 @@ CHANNEL_OPTIONS: list[tuple[str, object]] = [
 class Pool:
     """One specialist pool's targets and channels."""
 
-    def __init__(self, name: str, targets: Sequence[str]) -> None:
+    def __init__(self, name: str, targets: Sequence[str], credentials: grpc.ChannelCredentials | None = None,
+                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
         if not targets:
             raise ValueError(f"specialist pool {name} has no target")
         self.name = name
         self.targets = list(targets)
-        self.channels = [
-            grpc.aio.insecure_channel(
-                t, options=CHANNEL_OPTIONS + ([("grpc.lb_policy_name", "round_robin")] if t.startswith("dns:") else [])
-            )
-            for t in self.targets
-        ]
+        self.channels = [self._channel(t, credentials, list(channel_options)) for t in self.targets]
         self.stubs = [specialist_pb2_grpc.SpecialistStub(ch) for ch in self.channels]
         self.in_flight = [0] * len(self.targets)
         self._turn = itertools.count()
+
+    @staticmethod
+    def _channel(target: str, credentials: grpc.ChannelCredentials | None, extra: list[tuple[str, Any]]) -> grpc.aio.Channel:
+        options = CHANNEL_OPTIONS + extra + ([("grpc.lb_policy_name", "round_robin")] if target.startswith("dns:") else [])
+        if credentials is None:
+            return grpc.aio.insecure_channel(target, options=options)
+        return grpc.aio.secure_channel(target, credentials, options=options)
 
     def choose(self, tried: set[int]) -> int | None:
         """The target for the next attempt: untried, fewest in flight, ties in turn; a dns target may repeat."""
@@ -67,8 +70,11 @@ class Forwarder:
     """Streams a request from the chosen specialist pool."""
 
     def __init__(self, pools: Mapping[str, Sequence[str]], *, max_attempts: int = 3,
-                 on_retry: Callable[[str, grpc.StatusCode], None] | None = None) -> None:
-        self.pools = {name: Pool(name, targets) for name, targets in pools.items()}
+                 on_retry: Callable[[str, grpc.StatusCode], None] | None = None,
+                 credentials: grpc.ChannelCredentials | None = None,
+                 channel_options: Sequence[tuple[str, Any]] = (), internal_token: str | None = None) -> None:
+        self.pools = {name: Pool(name, targets, credentials, channel_options) for name, targets in pools.items()}
+        self._auth: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {internal_token}"),) if internal_token else ()
         self.max_attempts = max(1, max_attempts)
         self.on_retry = on_retry
 
@@ -90,7 +96,7 @@ class Forwarder:
             assert index is not None  # the first attempt always has a target
             attempt += 1
             call = pool.stubs[index].Generate(request, timeout=max(0.001, deadline - time.monotonic()),
-                                              metadata=tuple(metadata))
+                                              metadata=tuple(metadata) + self._auth)
             pool.in_flight[index] += 1
             try:
                 try:

@@ -41,7 +41,9 @@ def judge_prompt_messages(chat: ChatRequest, max_chars: int) -> list[dict[str, s
 class Judge:
     """Asks the chat adapter on one of the base-group replicas (in turn)."""
 
-    def __init__(self, tokenizer: Any, lora_path: str, *, timeout_s: float, max_chars: int) -> None:
+    def __init__(self, tokenizer: Any, lora_path: str, *, timeout_s: float, max_chars: int,
+                 api_key: str | None = None) -> None:
+        self.api_key = api_key
         self.tokenizer = tokenizer
         self.lora_path = lora_path
         self.timeout_s = timeout_s
@@ -56,7 +58,7 @@ class Judge:
 
     def _client(self, url: str) -> AsyncEngineClient:
         if url not in self._clients:
-            self._clients[url] = AsyncEngineClient(url, timeout=self.timeout_s, max_retries=0)
+            self._clients[url] = AsyncEngineClient(url, timeout=self.timeout_s, max_retries=0, api_key=self.api_key)
         return self._clients[url]
 
     async def ask(self, chat: ChatRequest, replicas: Sequence[str]) -> tuple[str | None, str]:

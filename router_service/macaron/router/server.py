@@ -21,7 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from macaron.auth import Guard, resolve_dev_mode
+from macaron.auth import Guard, require_internal_token, resolve_dev_mode
+from macaron.auth.tls import add_port, channel_credentials, channel_options
 from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
 from macaron.ports import SPECIALISTS, metrics_port
@@ -104,7 +105,9 @@ class RouterServer:
         backend = store if store is not None else open_store(settings.redis_url, timeout_s=settings.store_timeout_s)
         self.store = GatedStore(backend, retry_s=rs.store_retry_s, on_change=self._store_changed,
                                 on_error=self.metrics.store_errors.inc)
-        self.guard = Guard(settings.auth, self.store, dev_mode=resolve_dev_mode(settings.auth, self.host))
+        dev_mode = resolve_dev_mode(settings.auth, self.host)
+        internal_token = require_internal_token(settings.auth.internal_token_value, self.host, "router")
+        self.guard = Guard(settings.auth, self.store, dev_mode=dev_mode)
         if tokenizer is None:
             from macaron.specialist.server import load_tokenizer
 
@@ -113,7 +116,8 @@ class RouterServer:
 
         profiles = {name: load_profile(settings.specialists, name) for name in SPECIALISTS}
         adapters = {n: AdapterRef(p.settings.adapter, p.settings.adapter_version or "") for n, p in profiles.items()}
-        judge = Judge(tokenizer, profiles["chat"].lora_path, timeout_s=rs.judge_timeout_s, max_chars=rs.judge_max_chars)
+        judge = Judge(tokenizer, profiles["chat"].lora_path, timeout_s=rs.judge_timeout_s, max_chars=rs.judge_max_chars,
+                      api_key=settings.engine.api_key_value)
         self.core = RoutingCore(
             rs,
             store=self.store,
@@ -128,7 +132,9 @@ class RouterServer:
             policy=policy,
         )
         self.forwarder = Forwarder(pool_targets(settings), max_attempts=rs.max_attempts,
-                                   on_retry=lambda name, code: self.metrics.retries.labels(name).inc())
+                                   on_retry=lambda name, code: self.metrics.retries.labels(name).inc(),
+                                   credentials=channel_credentials(rs.specialist_tls),
+                                   channel_options=channel_options(rs.specialist_tls), internal_token=internal_token)
         self.server = grpc.aio.server()
         router_pb2_grpc.add_RouterServicer_to_server(
             RouterServicer(self.core, self.forwarder, self.guard, default_timeout_s=rs.default_timeout_s,
@@ -153,7 +159,7 @@ class RouterServer:
     async def start(self) -> int:
         """Binds and starts; returns the bound port (useful with port 0). Health turns SERVING once
         the classifier's embedding model (when it escalates) has loaded, so no request waits for it."""
-        self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        self.port = add_port(self.server, f"{self.host}:{self.port}", self.settings.router.tls)
         await self.server.start()
         await self.core.start()
         classifier = self.core.classifier

@@ -21,7 +21,8 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 
 from macaron import telemetry
-from macaron.auth import AuthError, Guard, Principal, RateLimitedError
+from macaron.auth import AuthError, Guard, Lease, Principal, RateLimitedError
+from macaron.auth.guard import NO_LEASE
 from macaron.ports import SPECIALISTS
 from macaron.prompting.convert import request_from_proto
 from macaron.prompting.messages import RequestError
@@ -98,6 +99,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         self.default_timeout_s = default_timeout_s
         self.max_messages = max_messages
         self.max_tools = max_tools
+        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------ shared steps
 
@@ -112,6 +114,20 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             await self.guard.check_limit(principal)
         except RateLimitedError as exc:
             raise rate_limited(str(exc), exc.retry_after_s) from None
+
+    async def _acquire(self, principal: Principal) -> Lease:
+        try:
+            return await self.guard.acquire(principal)
+        except RateLimitedError as exc:
+            raise rate_limited(str(exc), exc.retry_after_s) from None
+
+    def _release(self, lease: Lease, tokens: int) -> None:
+        """In the background: a cancelled call's cleanup must not wait on the store, nor be cancelled with it."""
+        if lease is NO_LEASE:
+            return
+        task = asyncio.get_running_loop().create_task(lease.release(tokens))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _admit(self, metadata: dict[str, str]) -> Principal:
         principal = self._authenticate(metadata)
@@ -149,14 +165,15 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         route = None
         abort: Abort | None = None
         self.core.metrics.in_flight.inc()
-        limit: asyncio.Future[None] | None = None
+        lease = NO_LEASE
+        tokens = 0
         try:
-            principal = self._authenticate(metadata)
-            # the limit's store round trip runs while the request is validated and decided
-            limit = asyncio.ensure_future(self._check_limit(principal))
+            # Limits first: an over-limit caller costs no validation, classifier or judge (engine) call.
+            principal = await self._admit(metadata)
+            lease = await self._acquire(principal)
             req = self._route_request(request, principal, request_id)
             try:
-                route = await self.core.route(req, gate=limit)
+                route = await self.core.route(req)
             except InvalidHintError as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             d = route.decision
@@ -181,6 +198,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                     served = chunk.route.replica or None
                     if route.replica and served and served != route.replica:
                         self.core.snapshots.mark_down(route.replica)  # the specialist had to go elsewhere
+                if chunk.HasField("usage"):
+                    tokens = chunk.usage.prompt_tokens + chunk.usage.completion_tokens
                 if chunk.text or chunk.tool_calls or chunk.HasField("finish"):
                     route.commit(served)  # once, after the first token: store writes stay off its path
         except Abort as exc:
@@ -188,11 +207,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         except grpc.aio.AioRpcError as exc:  # the specialist's status, passed through
             abort = Abort(exc.code(), exc.details() or "", tuple(exc.trailing_metadata() or ()))
         finally:
-            if limit is not None:
-                if not limit.done():
-                    limit.cancel()
-                elif not limit.cancelled():
-                    limit.exception()  # retrieved: a limit hit after a bad request is not a second error
+            self._release(lease, tokens)
             self.core.metrics.in_flight.dec()
             if route is not None:
                 route.release()

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macaron.auth.settings import ClientTlsSettings, ServerTlsSettings
 from macaron.discovery import DiscoverySettings
 from macaron.discovery_k8s import EndpointSliceSettings
 from macaron.ports import ROUTER_PORT
@@ -59,7 +60,18 @@ class RouterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # --- server ---
-    host: str = Field("127.0.0.1", description="Address the router's gRPC server binds to.")
+    host: str = Field(
+        "127.0.0.1",
+        description="Address the router's gRPC server binds to; any non-loopback address requires auth.api_keys and "
+        "auth.internal_token.",
+    )
+    tls: ServerTlsSettings = Field(
+        default_factory=ServerTlsSettings, description="TLS of the router's gRPC server (off while cert_file is empty)."
+    )
+    specialist_tls: ClientTlsSettings = Field(
+        default_factory=ClientTlsSettings, description="TLS of the router's calls to the specialists (set it when "
+        "specialists.tls is on)."
+    )
     port: int = Field(ROUTER_PORT, description="gRPC port; Prometheus metrics are served on port + 1000.")
     metrics: bool = Field(True, description="Serve Prometheus metrics on port + 1000.")
     grace_period_s: float = Field(10.0, description="On SIGTERM, seconds in-flight streams get to finish.")

@@ -4,13 +4,16 @@ from macaron.auth.guard import (
     AuthError,
     Guard,
     InsecureBindError,
+    Lease,
     Principal,
     RateLimitedError,
     is_loopback,
     resolve_dev_mode,
 )
+from macaron.auth.internal import InternalTokenInterceptor, require_internal_token
 from macaron.auth.keys import hash_api_key, new_api_key
-from macaron.auth.settings import ApiKeyEntry, AuthSettings
+from macaron.auth.settings import ApiKeyEntry, AuthSettings, ClientTlsSettings, ServerTlsSettings
+from macaron.auth.tls import TlsConfigError
 
 __all__ = [
     "ApiKeyEntry",
@@ -18,6 +21,12 @@ __all__ = [
     "AuthSettings",
     "Guard",
     "InsecureBindError",
+    "InternalTokenInterceptor",
+    "Lease",
+    "ClientTlsSettings",
+    "ServerTlsSettings",
+    "TlsConfigError",
+    "require_internal_token",
     "Principal",
     "RateLimitedError",
     "hash_api_key",

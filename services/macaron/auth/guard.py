@@ -11,6 +11,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import time
+import uuid
 from dataclasses import dataclass
 
 from macaron.auth.keys import hash_api_key
@@ -20,6 +22,10 @@ from macaron.store import MemoryStore, Store, StoreUnavailableError
 logger = logging.getLogger(__name__)
 
 LIMIT_WINDOW_S = 60.0
+TOKEN_WINDOW_S = 60
+"""Token budgets count per clock minute (a fixed window: one counter per key and minute)."""
+INFLIGHT_TTL_S = 900.0
+"""A replica that dies with requests in flight leaves its count behind; idle keys forget it after this."""
 
 
 class AuthError(Exception):
@@ -40,11 +46,31 @@ class InsecureBindError(ValueError):
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the key's owner name (namespaces sessions) and its limit."""
+    """Who is calling: the key's owner name (namespaces sessions) and its limits."""
 
     name: str
     requests_per_minute: int
     anonymous: bool = False
+    max_concurrent_requests: int | None = None
+    tokens_per_minute: int | None = None
+
+
+class Lease:
+    """One admitted request's hold on its key's concurrency and token budgets; `release(tokens)` once it ends."""
+
+    def __init__(self, guard: Guard | None, principal: Principal, store: Store | None) -> None:
+        self._guard, self._principal, self._store = guard, principal, store
+        self._released = False
+
+    async def release(self, tokens: int = 0) -> None:
+        """Gives the concurrency slot back and charges the tokens used (best effort: the store may be down)."""
+        if self._released or self._guard is None or self._store is None:
+            return
+        self._released = True
+        await self._guard._release(self._principal, self._store, tokens)
+
+
+NO_LEASE = Lease(None, Principal("none", 0), None)
 
 
 def is_loopback(host: str) -> bool:
@@ -78,6 +104,8 @@ class Guard:
         self._dev_mode = dev_mode
         self.degraded = False
         self._by_hash = {entry.sha256: entry for entry in settings.api_keys}
+        self._replica = uuid.uuid4().hex[:12]
+        """This process's field in the shared in-flight counters (each replica counts its own)."""
 
     @property
     def dev_mode(self) -> bool:
@@ -93,7 +121,11 @@ class Guard:
         for stored, entry in self._by_hash.items():
             if hmac.compare_digest(stored, digest):
                 limit = entry.requests_per_minute or self._settings.default_requests_per_minute
-                return Principal(entry.name, limit)
+                return Principal(
+                    entry.name, limit,
+                    max_concurrent_requests=entry.max_concurrent_requests or self._settings.default_max_concurrent_requests,
+                    tokens_per_minute=entry.tokens_per_minute or self._settings.default_tokens_per_minute,
+                )
         if self._dev_mode:
             return Principal("dev", self._settings.dev_requests_per_minute, anonymous=True)
         raise AuthError("invalid API key")
@@ -116,6 +148,54 @@ class Guard:
                 f"rate limit of {principal.requests_per_minute} requests per minute exceeded for '{principal.name}'",
                 retry_after_s=result.retry_after_s,
             )
+
+    async def acquire(self, principal: Principal) -> Lease:
+        """Takes a concurrency slot and checks the token budget of the caller's key, shared in the store;
+        RateLimitedError when either is spent. Release the lease when the request ends."""
+        if principal.max_concurrent_requests is None and principal.tokens_per_minute is None:
+            return NO_LEASE
+        try:
+            store = self._store
+            await self._take(principal, store)
+        except StoreUnavailableError as exc:
+            if not self.degraded:
+                logger.warning("shared store unavailable (%s): enforcing limits per process", exc)
+            self.degraded = True
+            store = self._fallback
+            await self._take(principal, store)
+        return Lease(self, principal, store)
+
+    async def _take(self, principal: Principal, store: Store) -> None:
+        if principal.tokens_per_minute is not None:
+            window = int(time.time() // TOKEN_WINDOW_S)
+            (bucket,) = await store.hgetall_many([f"tokens:{principal.name}:{window}"])
+            used = int(bucket.get("used", b"0"))
+            if used >= principal.tokens_per_minute:
+                retry = (window + 1) * TOKEN_WINDOW_S - time.time()
+                raise RateLimitedError(
+                    f"token budget of {principal.tokens_per_minute} tokens per minute spent for '{principal.name}' "
+                    f"({used} used this minute)", retry_after_s=max(retry, 0.001))
+        limit = principal.max_concurrent_requests
+        if limit is not None:
+            key = f"inflight:{principal.name}"
+            await store.hincrby(key, self._replica, 1, INFLIGHT_TTL_S)
+            (fields,) = await store.hgetall_many([key])
+            in_flight = sum(int(v) for v in fields.values())
+            if in_flight > limit:
+                await store.hincrby(key, self._replica, -1, INFLIGHT_TTL_S)
+                raise RateLimitedError(
+                    f"'{principal.name}' already has {limit} request(s) in flight, its limit; retry when one ends",
+                    retry_after_s=1.0)
+
+    async def _release(self, principal: Principal, store: Store, tokens: int) -> None:
+        try:
+            if principal.max_concurrent_requests is not None:
+                await store.hincrby(f"inflight:{principal.name}", self._replica, -1, INFLIGHT_TTL_S)
+            if principal.tokens_per_minute is not None and tokens > 0:
+                window = int(time.time() // TOKEN_WINDOW_S)
+                await store.hincrby(f"tokens:{principal.name}:{window}", "used", tokens, 2 * TOKEN_WINDOW_S)
+        except StoreUnavailableError as exc:
+            logger.warning("could not release '%s''s limits in the shared store (%s)", principal.name, exc)
 
     async def admit(self, token: str | None) -> Principal:
         """authenticate + check_limit: the one call a server makes per request."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -18,6 +18,14 @@ class ApiKeyEntry(BaseModel):
     sha256: str = Field(description="Hex SHA-256 of the key; `macaron keys create` prints a new key and its hash.")
     requests_per_minute: int | None = Field(
         None, description="Requests this key may make per minute over all replicas (default: auth.default_requests_per_minute)."
+    )
+    max_concurrent_requests: int | None = Field(
+        None, ge=1, description="Requests of this key in flight at once over all routers (default: "
+        "auth.default_max_concurrent_requests); one more is RESOURCE_EXHAUSTED / 429.",
+    )
+    tokens_per_minute: int | None = Field(
+        None, ge=1, description="Prompt plus completion tokens this key may use per clock minute over all routers "
+        "(default: auth.default_tokens_per_minute); once spent, new requests wait for the next minute (429).",
     )
 
     @field_validator("sha256")
@@ -42,3 +50,62 @@ class AuthSettings(BaseModel):
     )
     default_requests_per_minute: int = Field(600, description="Per-key request limit when a key sets none.")
     dev_requests_per_minute: int = Field(6000, description="Request limit for the anonymous dev-mode caller.")
+    default_max_concurrent_requests: int | None = Field(
+        None, ge=1, description="Per-key limit of requests in flight when a key sets none (null: unlimited)."
+    )
+    default_tokens_per_minute: int | None = Field(
+        None, ge=1, description="Per-key token budget per minute when a key sets none (null: unlimited)."
+    )
+    internal_token: SecretStr | None = Field(
+        None,
+        description="Shared secret between Macaron's own hops (the router sends it to the specialists as a bearer "
+        "token; they refuse calls without it). Required by every service bound to a non-loopback address; set it "
+        "from a Secret (MACARON_AUTH__INTERNAL_TOKEN), never in a committed file.",
+    )
+
+    @property
+    def internal_token_value(self) -> str | None:
+        """The internal token in plain text (None when unset or empty)."""
+        return self.internal_token.get_secret_value() or None if self.internal_token is not None else None
+
+
+class ServerTlsSettings(BaseModel):
+    """TLS of one gRPC server; off while cert_file is empty."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cert_file: str | None = Field(None, description="PEM certificate chain the server presents (tls.crt); empty: no TLS.")
+    key_file: str | None = Field(None, description="PEM private key of cert_file (tls.key).")
+    client_ca_file: str | None = Field(
+        None, description="PEM CA bundle (ca.crt); set: clients must present a certificate it signed (mutual TLS)."
+    )
+
+    @model_validator(mode="after")
+    def _pair(self) -> ServerTlsSettings:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("set both cert_file and key_file (or neither)")
+        if self.client_ca_file and not self.cert_file:
+            raise ValueError("client_ca_file needs cert_file and key_file: mutual TLS is TLS first")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+
+class ClientTlsSettings(BaseModel):
+    """TLS of one gRPC client; off unless `enabled` or a file is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="Use TLS (system roots unless ca_file is set).")
+    ca_file: str | None = Field(None, description="PEM CA bundle that signed the server's certificate (ca.crt).")
+    cert_file: str | None = Field(None, description="PEM client certificate, for servers that require mutual TLS.")
+    key_file: str | None = Field(None, description="PEM private key of cert_file.")
+    server_name: str | None = Field(
+        None, description="Name to check the server's certificate against, when it differs from the target's host."
+    )
+
+    @property
+    def on(self) -> bool:
+        return self.enabled or bool(self.ca_file or self.cert_file)

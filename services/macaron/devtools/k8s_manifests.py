@@ -42,7 +42,11 @@ NetworkPolicies and minimal RBAC.
 ```bash
 docker build -t macaron-serve:0.1.0 .            # from the repository root
 kind load docker-image macaron-serve:0.1.0       # or push it where your cluster pulls from
-kubectl apply -f k8s/                            # 00-namespace.yaml comes first
+kubectl apply -f k8s/00-namespace.yaml
+# the internal token (router -> specialists) and the engine's API key: every pod refuses to start without them
+kubectl -n {namespace} create secret generic macaron-internal \\
+  --from-literal=internal-token=$(openssl rand -hex 32) --from-literal=engine-api-key=$(openssl rand -hex 32)
+kubectl apply -f k8s/
 kubectl -n {namespace} port-forward svc/{release}-gateway 8080:8080
 ```
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from macaron.ports import ENGINE_PORT
 
@@ -23,6 +23,13 @@ class EngineArgs(BaseModel):
     # --- server ---
     host: str = Field("127.0.0.1", description="Address the engine's HTTP server binds to.")
     port: int = Field(ENGINE_PORT, description="Port of the engine's HTTP server (SGLang's default).")
+    api_key: SecretStr | None = Field(
+        None,
+        description="Bearer key of the engine's HTTP API (SGLang's --api-key): the engine requires "
+        "'Authorization: Bearer <key>' on every path but /health*, /ready and /metrics, and every client of "
+        "the engine (specialists, the router's judge) sends it. Required when host is not loopback; set it "
+        "from a Secret (MACARON_ENGINE__API_KEY).",
+    )
     # --- model ---
     model_path: str | None = Field(
         None,
@@ -77,3 +84,8 @@ class EngineArgs(BaseModel):
     )
     enable_metrics: bool = Field(True, description="Serve Prometheus metrics on /metrics.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+
+    @property
+    def api_key_value(self) -> str | None:
+        """The key in plain text (None when unset or empty)."""
+        return (self.api_key.get_secret_value() or None) if self.api_key is not None else None

@@ -39,6 +39,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from macaron.engine.api_key import ApiKeyMiddleware, check_engine_bind
 from macaron.engine.args import EngineArgs
 from macaron.engine.metrics import ServerMetrics
 from macaron.engine.protocol import (
@@ -345,7 +346,10 @@ def _version() -> str:
 
 
 def create_app(engine: AsyncEngine, args: EngineArgs) -> FastAPI:
-    """The engine's FastAPI app; its lifespan starts the engine and shuts it down."""
+    """The engine's FastAPI app; its lifespan starts the engine and shuts it down.
+
+    Raises InsecureBindError for a non-loopback host without `api_key`."""
+    check_engine_bind(args.host, args.api_key_value)
     server = EngineServer(engine, args)
 
     @asynccontextmanager
@@ -389,4 +393,6 @@ def create_app(engine: AsyncEngine, args: EngineArgs) -> FastAPI:
     get("/v1/loads", server.loads)
     if args.enable_metrics:
         get("/metrics", lambda: Response(server.metrics.render(), media_type=CONTENT_TYPE_LATEST))
+    if args.api_key_value:
+        app.add_middleware(ApiKeyMiddleware, api_key=args.api_key_value)
     return app

@@ -63,8 +63,11 @@ class AsyncEngineClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         incremental_streaming: bool | None = None,
         http_client: httpx.AsyncClient | None = None,
+        api_key: str | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        self.api_key = api_key or None
+        """Sent as `Authorization: Bearer <key>` (SGLang's --api-key, the embedded engine's engine.api_key)."""
         self.timeout = timeout
         self.max_retries = max_retries
         self.connect_timeout = connect_timeout
@@ -82,9 +85,17 @@ class AsyncEngineClient:
             connect_timeout=self.connect_timeout,
             incremental_streaming=self._incremental,
             http_client=self._http,
+            api_key=self.api_key,
         )
         other._owns_http = False
         return other
+
+    def _headers(self) -> dict[str, str]:
+        """Trace context and request id, and the engine's key when one is set."""
+        headers = telemetry.inject({})
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        return headers
 
     async def __aenter__(self) -> AsyncEngineClient:
         return self
@@ -255,7 +266,7 @@ class AsyncEngineClient:
     async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
         try:
             response = await self._http.request(
-                method, path, json=body, headers=telemetry.inject({}), timeout=self._httpx_timeout(deadline)
+                method, path, json=body, headers=self._headers(), timeout=self._httpx_timeout(deadline)
             )
         except httpx.HTTPError as exc:
             raise _transport_error(self.base_url + path, exc) from exc
@@ -328,7 +339,7 @@ class _OpenStream:
     async def __aenter__(self) -> httpx.Response:
         client = self._client
         self._manager = client._http.stream(
-            "POST", "/generate", json=self._body, headers=telemetry.inject({}),
+            "POST", "/generate", json=self._body, headers=client._headers(),
             timeout=client._httpx_timeout(self._deadline),
         )
         try:

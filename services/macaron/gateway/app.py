@@ -63,8 +63,11 @@ def router_client(settings: GatewaySettings) -> AsyncMacaronClient:
         api_key="",
         timeout=settings.router_timeout_s,
         max_retries=settings.router_max_retries,
+        retry_rate_limits=False,  # a 429 goes back to the caller at once, with its Retry-After
         tls=settings.router_tls,
         root_certificates=root,
+        channel_options=[("grpc.ssl_target_name_override", settings.router_server_name)]
+        if settings.router_tls and settings.router_server_name else None,
     )
 
 
@@ -187,6 +190,12 @@ class RequestContextMiddleware:
             except BodyTooLarge:
                 if not started:
                     await self._too_large(send_with_id)
+            except Exception:
+                # Answered here, inside the request-id wrapper: Starlette's own 500 goes out without it.
+                log.exception("unexpected error")
+                if not started:
+                    error = GatewayError(500, "internal error; the request id is in x-request-id", type="server_error")
+                    await JSONResponse(error.body(), status_code=500)({"type": "http"}, _no_receive, send_with_id)
         finally:
             otel_context.detach(token)
 

@@ -4,7 +4,9 @@ Requests are validated here so that bad input is a 400 in OpenAI's error shape n
 field (`param`), before anything reaches the router. Fields OpenAI defines that Macaron
 cannot honour are refused when set to a value that would change the answer (`n` > 1,
 `logprobs`, `logit_bias`, audio, images), and accepted when harmless (`store`, `metadata`,
-`parallel_tool_calls`, `service_tier`, ...). Unknown fields are a 400, as OpenAI does.
+`service_tier`, ...). `parallel_tool_calls: false` is honoured (one tool call at most). The
+sampling extras of vLLM's and SGLang's servers (`top_k`, `min_p`, `repetition_penalty`,
+`min_tokens`) are accepted. Unknown fields are a 400, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from macaron.sdk import MODELS
+
+
+INT32_MAX = 2**31 - 1
+"""Token counts travel as protobuf int32."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Seeds travel as protobuf int64."""
 
 
 class _Strict(BaseModel):
@@ -136,12 +144,17 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    # Sampling extras vLLM's and SGLang's OpenAI servers accept.
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="-1 (or 0) is off.")
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    min_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -193,6 +206,11 @@ class ChatCompletionRequest(_Strict):
     @property
     def output_budget(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def single_tool_call(self) -> bool:
+        """parallel_tool_calls: false: at most one tool call in the answer."""
+        return self.parallel_tool_calls is False
 
     @property
     def include_usage(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -12,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from macaron import telemetry
 from macaron.auth import AuthError, Principal, RateLimitedError
 from macaron.gateway import protocol as p
+from macaron.gateway.body import parse_json_body
 from macaron.gateway.errors import GatewayError, bad_request, from_validation
 from macaron.gateway.serving_chat import SESSION_HEADER
 from macaron.sdk import MODELS
@@ -54,12 +54,7 @@ async def admit(request: Request) -> tuple[Principal, str | None]:
 async def read_chat_request(request: Request) -> p.ChatCompletionRequest:
     """The body as JSON whatever its content type (curl -d sends a form type), validated (400 otherwise)."""
     raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise GatewayError(400, "We could not parse the JSON body of your request.", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
+    data = parse_json_body(raw, _gateway(request).settings.max_json_depth)
     try:
         return p.ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
@@ -99,7 +94,14 @@ async def chat_completions(
                           "messages", "too_many_messages")
     session_id = request.headers.get(SESSION_HEADER) or x_session_id or body.user
     request_id = telemetry.current_request_id() or telemetry.bind_request_id(None)
-    return await gateway.chat.create(body, api_key=token, session_id=session_id, request_id=request_id)
+    return await gateway.chat.create(body, api_key=token, session_id=session_id, request_id=request_id,
+                                     disconnected=lambda: client_disconnected(request))
+
+
+async def client_disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read: the next message is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.get("/v1/models", response_model=p.ModelList, responses=_ERRORS, summary="List the models")

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -63,6 +63,10 @@ def sdk_params(req: p.ChatCompletionRequest, session_id: str | None) -> dict[str
         "stop": req.stop,
         "seed": req.seed,
         "request_metadata": req.metadata,
+        "top_k": -1 if req.top_k == 0 else req.top_k,  # vLLM's 0 means off; the wire's off is -1
+        "min_p": req.min_p,
+        "repetition_penalty": req.repetition_penalty,
+        "min_tokens": req.min_tokens,
     }
     if req.tools:
         params["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
@@ -81,8 +85,16 @@ class ChatService:
         self.metrics = metrics
 
     async def create(
-        self, req: p.ChatCompletionRequest, *, api_key: str | None, session_id: str | None, request_id: str
+        self,
+        req: p.ChatCompletionRequest,
+        *,
+        api_key: str | None,
+        session_id: str | None,
+        request_id: str,
+        disconnected: Callable[[], Awaitable[None]] | None = None,
     ) -> Response:
+        """The answer; `disconnected` returns when the client leaves, which cancels a non-streamed call
+        down to the engine (Starlette cancels nothing until the handler returns)."""
         stream = bool(req.stream)
         labels = {"model": req.model, "stream": str(stream).lower()}
         start = time.monotonic()
@@ -92,9 +104,15 @@ class ChatService:
             client = self.client.with_options(api_key=api_key or "")
             params = sdk_params(req, session_id)
             if not stream:
-                result = await client.chat.create(**params, request_id=request_id)
+                result = await self._unless_disconnected(client.chat.create(**params, request_id=request_id),
+                                                         disconnected)
+                if result is None:
+                    self.metrics.disconnects.inc()
+                    self._count(labels, 499)
+                    log.info("client left before the answer: cancelled request %s downstream", request_id)
+                    return Response(status_code=499)
                 self._observe_route(result.route, req.model, start)
-                response = self._completion(result)
+                response = self._completion(result, req.single_tool_call)
                 self._count(labels, 200, result.usage, result.route)
                 return response
             sdk_stream = await client.chat.create(**params, request_id=request_id, stream=True)
@@ -117,6 +135,25 @@ class ChatService:
 
     # ------------------------------------------------------------ helpers
 
+    @staticmethod
+    async def _unless_disconnected(call: Awaitable[ChatResult], disconnected: Callable[[], Awaitable[None]] | None
+                                   ) -> ChatResult | None:
+        """The call's result, or None (and the call cancelled) when the client left first."""
+        if disconnected is None:
+            return await call
+        task = asyncio.ensure_future(call)
+        watcher = asyncio.ensure_future(disconnected())
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                task.cancel()
+        if task.cancelled() or (not task.done()):
+            await asyncio.gather(task, return_exceptions=True)
+            return None
+        return task.result()
+
     def _observe_route(self, route: Route | None, model: str, start: float) -> None:
         self.metrics.first_chunk.labels(model=model).observe(time.monotonic() - start)
         if route is not None:
@@ -135,7 +172,7 @@ class ChatService:
                                 ("cached", usage.cached_tokens)):
                 self.metrics.tokens.labels(kind=kind, specialist=specialist).inc(value)
 
-    def _completion(self, result: ChatResult) -> Response:
+    def _completion(self, result: ChatResult, single_tool_call: bool = False) -> Response:
         if result.finish_reason == "abort":
             raise GatewayError(503, "the engine aborted the request; retry it", type="service_unavailable",
                                code="aborted", retry_after_s=1)
@@ -143,6 +180,8 @@ class ChatService:
             p.ResponseToolCall(id=c.id, function=p.ResponseFunctionCall(name=c.function.name, arguments=c.function.arguments))
             for c in result.tool_calls
         ]
+        if single_tool_call:
+            calls = calls[:1]
         body = p.ChatCompletion(
             id=_completion_id(result.request_id),
             created=p.now(),
@@ -188,8 +227,10 @@ class ChatService:
                             function=p.DeltaFunctionCall(name=d.name or None, arguments=d.arguments),
                         )
                         for d in chunk.tool_calls
+                        if not (req.single_tool_call and d.index > 0)
                     ]
-                    yield frame(p.Delta(tool_calls=deltas))
+                    if deltas:
+                        yield frame(p.Delta(tool_calls=deltas))
                 if chunk.finish_reason is not None:
                     finish_reason = chunk.finish_reason
                 if chunk.usage is not None:

@@ -27,12 +27,19 @@ class GatewaySettings(BaseModel):
     )
     router_tls: bool = Field(False, description="Use TLS to the router (system roots unless router_ca_file is set).")
     router_ca_file: str | None = Field(None, description="PEM file of the CA that signed the router's certificate.")
+    router_server_name: str | None = Field(
+        None, description="Name to check the router's certificate against, when it differs from router_target's host."
+    )
     router_timeout_s: float = Field(600.0, description="Deadline of one request to the router (the whole stream).")
     router_max_retries: int = Field(
         2, description="Retries of a router call that failed with UNAVAILABLE before its first chunk."
     )
     max_body_bytes: int = Field(
         4 * 1024 * 1024, description="Largest request body accepted; a larger one is answered 413."
+    )
+    max_json_depth: int = Field(
+        64, ge=4, description="Deepest nesting of objects and arrays in a request body (response_format schemas "
+        "included); deeper is a 400 before anything parses it further."
     )
     max_messages: int = Field(1024, description="Most messages in one chat request; more is a 400.")
     grace_period_s: float = Field(

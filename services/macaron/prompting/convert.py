@@ -149,11 +149,37 @@ def _response_format(rf: pb.ResponseFormat) -> ResponseFormat:
     return ResponseFormat(type="json_schema", schema=schema, name=rf.json_schema.name)
 
 
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of objects and arrays in a schema or arguments: deeper ones would exhaust the
+recursion of the JSON encoder, the schema checker and the grammar compiler (a 500, not a 400)."""
+
+
 def _json(text: str, where: str) -> Any:
     try:
-        return json.loads(text)
+        value = json.loads(text)
+    except RecursionError:
+        raise RequestError(_too_deep(where)) from None
     except json.JSONDecodeError as exc:
         raise RequestError(f"{where} is not valid JSON: {exc}") from None
+    if _depth_over(value, MAX_JSON_DEPTH):
+        raise RequestError(_too_deep(where))
+    return value
+
+
+def _too_deep(where: str) -> str:
+    return f"{where} is nested too deeply: at most {MAX_JSON_DEPTH} levels of objects and arrays are allowed"
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest deeper than `limit` (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _schema(text: str, where: str) -> dict[str, Any]:

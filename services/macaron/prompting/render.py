@@ -17,6 +17,8 @@ appended after the generation prompt, so constrained decoding only has to produc
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, Protocol
 
 from macaron.prompting.messages import ChatRequest, Message
@@ -60,13 +62,23 @@ def template_messages(request: ChatRequest, profile: PromptProfile) -> list[dict
             entry["name"] = m.name
         if m.tool_calls:
             entry["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                # A dict, as Hugging Face chat templates expect: Qwen2.5's and Llama 3.1's apply `| tojson`
+                # to it, which would encode a JSON string a second time.
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
                 for c in m.tool_calls
             ]
         if m.tool_call_id:
             entry["tool_call_id"] = m.tool_call_id
         out.append(entry)
     return out
+
+
+def _arguments(text: str) -> Any:
+    """The arguments object of a JSON text (kept as text when it is not JSON: the template shows it as is)."""
+    try:
+        return json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return text
 
 
 def render(request: ChatRequest, profile: PromptProfile, tokenizer: ChatTokenizer) -> str:

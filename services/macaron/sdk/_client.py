@@ -6,8 +6,11 @@
 
 Both hold one channel; `with_options(...)` returns a copy with other defaults (timeout,
 retries, key, metadata) over the same channel. `timeout` is the gRPC deadline of a whole call,
-retries included. A call is retried, with exponential backoff, only when it failed with
-UNAVAILABLE before its first chunk: nothing can have run, so sending it again is safe.
+retries included. A call is retried, with exponential backoff, only when it failed before its first chunk
+with UNAVAILABLE or RESOURCE_EXHAUSTED (429: over a limit, or overloaded): nothing can have
+run, so sending it again is safe. A 429 waits the delay the server suggests (google.rpc.RetryInfo)
+when it is at most a minute, as openai-python honours Retry-After; `retry_rate_limits=False`
+hands 429s straight back (the gateway does, so its own callers see them and back off).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from macaron.sdk._constants import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT_S,
     INITIAL_RETRY_DELAY_S,
+    MAX_RETRY_AFTER_S,
     MAX_RETRY_DELAY_S,
     TARGET_ENV,
 )
@@ -61,6 +65,7 @@ class _BaseClient:
         credentials: grpc.ChannelCredentials | None = None,
         metadata: Mapping[str, str] | None = None,
         channel_options: list[tuple[str, Any]] | None = None,
+        retry_rate_limits: bool = True,
     ) -> None:
         self.target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
@@ -71,6 +76,7 @@ class _BaseClient:
         self._credentials = credentials
         self.default_metadata = dict(metadata or {})
         self._channel_options = list(channel_options or [])
+        self.retry_rate_limits = retry_rate_limits
         if timeout <= 0 or max_retries < 0:
             raise ValueError("timeout must be positive and max_retries at least 0")
 
@@ -105,18 +111,41 @@ class _BaseClient:
 
     @staticmethod
     def new_request_id(request_id: str | None) -> str:
+        """The caller's id (checked: it travels as gRPC metadata), else the bound one, else a new one."""
+        if request_id and telemetry.clean_request_id(request_id) != request_id:
+            raise ValueError(
+                f"request_id must be printable ASCII without spaces, at most {telemetry.MAX_REQUEST_ID_LENGTH} "
+                f"characters (it travels as gRPC metadata); got {request_id[:40]!r}"
+            )
         return request_id or telemetry.current_request_id() or uuid.uuid4().hex
 
     def _should_retry(self, exc: grpc.RpcError, attempt: int, max_retries: int) -> bool:
-        if attempt >= max_retries or exc.code() != grpc.StatusCode.UNAVAILABLE:
+        code = exc.code()  # type: ignore[attr-defined]
+        retryable = code == grpc.StatusCode.UNAVAILABLE or (
+            code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.retry_rate_limits)
+        if attempt >= max_retries or not retryable:
             return False
         trailers = dict(exc.trailing_metadata() or ())  # type: ignore[attr-defined]
-        return str(trailers.get(_SHOULD_RETRY_KEY, "true")).lower() != "false"
+        if str(trailers.get(_SHOULD_RETRY_KEY, "true")).lower() == "false":
+            return False
+        suggested = _suggested_delay(exc)
+        return suggested is None or suggested <= MAX_RETRY_AFTER_S
 
     @staticmethod
-    def _retry_delay(attempt: int) -> float:
+    def _retry_delay(attempt: int, exc: grpc.RpcError | None = None) -> float:
+        """The server's suggested delay when it gave one, else exponential backoff with jitter."""
+        suggested = _suggested_delay(exc) if exc is not None else None
+        if suggested is not None:
+            return suggested
         delay = min(INITIAL_RETRY_DELAY_S * 2**attempt, MAX_RETRY_DELAY_S)
         return delay * (1 - 0.25 * random.random())
+
+
+def _suggested_delay(exc: grpc.RpcError) -> float | None:
+    """Seconds a RESOURCE_EXHAUSTED answer asks to wait (RetryInfo or retry-after-ms), else None."""
+    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:  # type: ignore[attr-defined]
+        return None
+    return error_from_rpc(exc).retry_after_s
 
 
 class MacaronClient(_BaseClient):
@@ -150,6 +179,7 @@ class MacaronClient(_BaseClient):
         max_retries: int = _NOT_GIVEN,
         api_key: str | None = _NOT_GIVEN,
         metadata: Mapping[str, str] = _NOT_GIVEN,
+        retry_rate_limits: bool = _NOT_GIVEN,
     ) -> MacaronClient:
         """A copy with other defaults, sharing this client's channel (closing the copy keeps it open)."""
         return self._copy(
@@ -157,6 +187,7 @@ class MacaronClient(_BaseClient):
             max_retries=max_retries,
             api_key=api_key,
             default_metadata=dict(metadata) if metadata is not _NOT_GIVEN else _NOT_GIVEN,
+            retry_rate_limits=retry_rate_limits,
         )
 
     copy = with_options
@@ -174,7 +205,7 @@ class MacaronClient(_BaseClient):
             except grpc.RpcError as exc:
                 if not self._should_retry(exc, attempt, max_retries):
                     raise error_from_rpc(exc, request_id=request_id) from None
-                time.sleep(min(self._retry_delay(attempt), max(deadline - time.monotonic(), 0)))
+                time.sleep(min(self._retry_delay(attempt, exc), max(deadline - time.monotonic(), 0)))
                 attempt += 1
 
     def health(self, *, timeout: float = 5.0) -> bool:
@@ -240,6 +271,7 @@ class AsyncMacaronClient(_BaseClient):
         max_retries: int = _NOT_GIVEN,
         api_key: str | None = _NOT_GIVEN,
         metadata: Mapping[str, str] = _NOT_GIVEN,
+        retry_rate_limits: bool = _NOT_GIVEN,
     ) -> AsyncMacaronClient:
         """A copy with other defaults, sharing this client's channel (closing the copy keeps it open)."""
         return self._copy(
@@ -247,6 +279,7 @@ class AsyncMacaronClient(_BaseClient):
             max_retries=max_retries,
             api_key=api_key,
             default_metadata=dict(metadata) if metadata is not _NOT_GIVEN else _NOT_GIVEN,
+            retry_rate_limits=retry_rate_limits,
         )
 
     copy = with_options
@@ -265,7 +298,7 @@ class AsyncMacaronClient(_BaseClient):
             except grpc.RpcError as exc:
                 if not self._should_retry(exc, attempt, max_retries):
                     raise error_from_rpc(exc, request_id=request_id) from None
-                await asyncio.sleep(min(self._retry_delay(attempt), max(deadline - loop.time(), 0)))
+                await asyncio.sleep(min(self._retry_delay(attempt, exc), max(deadline - loop.time(), 0)))
                 attempt += 1
 
     async def health(self, *, timeout: float = 5.0) -> bool:

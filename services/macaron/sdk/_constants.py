@@ -13,9 +13,11 @@ API_KEY_ENV = "MACARON_API_KEY"
 DEFAULT_TIMEOUT_S = 600.0
 """Deadline of one call, retries and the whole stream included (openai-python's default)."""
 DEFAULT_MAX_RETRIES = 2
-"""Retries of a call that failed with UNAVAILABLE before its first chunk (nothing ran yet)."""
+"""Retries of a call that failed with UNAVAILABLE or RESOURCE_EXHAUSTED before its first chunk (nothing ran yet)."""
 INITIAL_RETRY_DELAY_S = 0.5
 MAX_RETRY_DELAY_S = 8.0
+MAX_RETRY_AFTER_S = 60.0
+"""A server's suggested delay is honoured up to this; a longer one is not waited for (openai-python's rule)."""
 RETRY_AFTER_MS_KEY = "retry-after-ms"
 """Trailing metadata with the delay the server suggests (also sent as google.rpc.RetryInfo)."""
 

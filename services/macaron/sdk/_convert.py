@@ -89,6 +89,9 @@ def build_request(
     stop: str | Sequence[str] | None = None,
     seed: int | None = None,
     metadata: Mapping[str, str] | None = None,
+    min_tokens: int | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
 ) -> pb.GenerateRequest:
     """The GenerateRequest for these params (None leaves a field to the specialist's default)."""
     request = pb.GenerateRequest(request_id=request_id or "", session_id=session_id or "")
@@ -113,6 +116,9 @@ def build_request(
         ("frequency_penalty", frequency_penalty),
         ("presence_penalty", presence_penalty),
         ("seed", seed),
+        ("min_new_tokens", min_tokens),
+        ("min_p", min_p),
+        ("repetition_penalty", repetition_penalty),
     ):
         if value is not None:
             setattr(s, name, value)
@@ -279,7 +285,8 @@ class Accumulator:
 
     def result(self) -> ChatResult:
         calls = tuple(
-            ToolCall(id=c["id"], function=FunctionCall(c["name"], c["arguments"] or "{}"))
+            # a call cut by max_tokens keeps what fit, even nothing; a finished one without arguments has {}
+            ToolCall(id=c["id"], function=FunctionCall(c["name"], c["arguments"] or ("" if self.finish_reason == "length" else "{}")))
             for _, c in sorted(self._calls.items())
         )
         return ChatResult(

@@ -63,8 +63,8 @@ def metadata_to_dict(metadata: Iterable[tuple[str, str | bytes]] | None) -> dict
 
 
 def clean_request_id(value: str | None) -> str:
-    """The caller's request id when it is sane (printable, bounded), else a new one."""
-    if value and len(value) <= MAX_REQUEST_ID_LENGTH and value.isprintable() and " " not in value:
+    """The caller's request id when it is sane (printable ASCII, bounded: gRPC metadata carries it), else a new one."""
+    if value and len(value) <= MAX_REQUEST_ID_LENGTH and value.isascii() and value.isprintable() and " " not in value:
         return value
     return uuid.uuid4().hex
 

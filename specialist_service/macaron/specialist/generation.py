@@ -46,13 +46,14 @@ CONTEXT_PROBE_TIMEOUT_S = 3.0
 class EnginePool:
     """One engine client per replica URL, created on first use."""
 
-    def __init__(self, max_retries: int = 2) -> None:
+    def __init__(self, max_retries: int = 2, api_key: str | None = None) -> None:
         self._clients: dict[str, AsyncEngineClient] = {}
         self._max_retries = max_retries
+        self._api_key = api_key
 
     def client(self, url: str) -> AsyncEngineClient:
         if url not in self._clients:
-            self._clients[url] = AsyncEngineClient(url, max_retries=self._max_retries)
+            self._clients[url] = AsyncEngineClient(url, max_retries=self._max_retries, api_key=self._api_key)
         return self._clients[url]
 
     async def aclose(self) -> None:

@@ -1,24 +1,27 @@
-"""After the engine finished: parse tool calls, validate constrained output, refuse truncated structures.
+"""After the engine finished: parse tool calls, validate constrained output, hand back what fit.
 
-Structured answers are all-or-nothing: a forced tool call or a UI description that hit
-max_new_tokens is an OutputTruncatedError, one that fails validation an OutputInvalidError;
-JSON response formats are validated too (text was already streamed, so only a failure is
-reported). Nothing here imports grpc.
+A forced tool call or a UI description that hit max_new_tokens is answered as OpenAI answers
+it: what fit (the call's partial arguments, the partial UI text) with finish reason `length`,
+never an error. A complete one that fails validation is an OutputInvalidError; JSON response
+formats are validated too (text was already streamed, so only a failure is reported). Nothing
+here imports grpc.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema
 
-from macaron.prompting import ChatRequest
-from macaron.specialist.errors import OutputInvalidError, OutputTruncatedError
+from macaron.prompting import ChatRequest, ToolSpec
+from macaron.specialist.errors import OutputInvalidError
 from macaron.specialist.events import Event, TextDelta, ToolCalls
 from macaron.specialist.finish import Finish
 from macaron.specialist.profiles import OutputPlan, Profile
-from macaron.specialist.ui_schema import UIValidationError, max_output_bytes, validate_ui
+from macaron.specialist.tool_parsers import ParsedToolCall, new_call_id
+from macaron.specialist.ui_schema import UIValidationError, validate_ui
 
 
 def finish_output(
@@ -41,9 +44,7 @@ def finish_output(
         return events
     if plan.mode == "forced_tool" and parser is not None:
         if finish.reason == "length":
-            raise OutputTruncatedError(
-                f"the tool call did not fit in max_new_tokens={budget}; raise max_new_tokens"
-            )
+            return [ToolCalls((partial_forced_call(text, _forced_tools(request)),))]
         try:
             call = parser.parse_forced(text, request.tools)
         except ValueError as exc:
@@ -51,16 +52,32 @@ def finish_output(
         return [ToolCalls((call,))]
     if plan.mode == "ui":
         if finish.reason == "length":
-            raise OutputTruncatedError(
-                f"the UI description did not fit in max_new_tokens={budget}; a complete one needs at most "
-                f"{max_output_bytes()} tokens"
-            )
+            return [TextDelta(text)]  # what fit; a complete UI description needs at most max_output_bytes() tokens
         try:
             validate_ui(text)
         except UIValidationError as exc:
             raise OutputInvalidError(str(exc)) from exc
         return [TextDelta(text)]
     return []
+
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGUMENTS = re.compile(r'"arguments"\s*:\s*')
+
+
+def _forced_tools(request: ChatRequest) -> tuple[ToolSpec, ...]:
+    name = request.tool_choice.function_name
+    return tuple(t for t in request.tools if t.name == name) if name else request.tools
+
+
+def partial_forced_call(text: str, tools: tuple[ToolSpec, ...]) -> ParsedToolCall:
+    """The call a forced `{"name": ..., "arguments": {...}}` was writing when max_new_tokens cut it:
+    the function's name (from the text, else the only tool it could be) and the arguments' JSON text so far."""
+    body = text.split("</tool_call>", 1)[0]
+    named = _NAME.search(body)
+    name = named.group(1) if named else (tools[0].name if len(tools) == 1 else "")
+    arguments = _ARGUMENTS.search(body)
+    return ParsedToolCall(id=new_call_id(), name=name, arguments=body[arguments.end():] if arguments else "")
 
 
 def _validate_json(text: str, schema: dict[str, Any]) -> None:

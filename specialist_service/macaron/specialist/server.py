@@ -19,6 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from macaron.auth import InternalTokenInterceptor, ServerTlsSettings, require_internal_token
+from macaron.auth.tls import add_port
 from macaron.config import MacaronSettings
 from macaron.discovery import build_source
 from macaron.ports import metrics_port
@@ -56,25 +58,39 @@ def build_pipelines(settings: MacaronSettings, names: list[str], tokenizer: Any 
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)
     default_url = f"http://{settings.engine.host}:{settings.engine.port}"
     picker = ReplicaPicker(build_source(spec.discovery, default_url))
-    engines = EnginePool()
+    engines = EnginePool(api_key=settings.engine.api_key_value)
     return {name: Pipeline(load_profile(spec, name), spec, tokenizer, picker, engines) for name in names}
 
 
 class SpecialistServer:
-    """One profile's grpc.aio server with health and reflection."""
+    """One profile's grpc.aio server with health and reflection; TLS and the internal token when configured.
+
+    Bound to a non-loopback address it refuses to start without the internal token (InsecureBindError):
+    otherwise whoever reaches the port would skip every key and limit the router enforces.
+    """
 
     def __init__(
-        self, pipeline: Pipeline, host: str, port: int, serve_metrics: bool = True, metrics_port: int | None = None
+        self,
+        pipeline: Pipeline,
+        host: str,
+        port: int,
+        serve_metrics: bool = True,
+        metrics_port: int | None = None,
+        *,
+        internal_token: str | None = None,
+        tls: ServerTlsSettings | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.host = host
         self.port = port
+        self.tls = tls or ServerTlsSettings()
+        token = require_internal_token(internal_token, host, f"{pipeline.profile.name} specialist")
         configured = pipeline.profile.settings.metrics_port
         self.metrics_port = metrics_port if metrics_port is not None else configured
         self.serve_metrics = serve_metrics and self.metrics_port != 0
         self.metrics = SpecialistMetrics(pipeline.profile.name)
         self._metrics_server: Any = None
-        self.server = grpc.aio.server()
+        self.server = grpc.aio.server(interceptors=[InternalTokenInterceptor(token)] if token else None)
         self.health = health_aio.HealthServicer()
         specialist_pb2_grpc.add_SpecialistServicer_to_server(SpecialistServicer(pipeline, self.metrics), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -85,12 +101,13 @@ class SpecialistServer:
 
     async def start(self) -> int:
         """Binds and starts; returns the bound port (useful with port 0)."""
-        self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        self.port = add_port(self.server, f"{self.host}:{self.port}", self.tls)
         await self.server.start()
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         if self.serve_metrics:
             self._start_metrics()
-        log.info("specialist %s serving on %s:%d", self.pipeline.profile.name, self.host, self.port)
+        log.info("specialist %s serving on %s:%d%s", self.pipeline.profile.name, self.host, self.port,
+                 " (TLS)" if self.tls.enabled else "")
         return self.port
 
     def _start_metrics(self) -> None:
@@ -119,7 +136,9 @@ async def serve(settings: MacaronSettings, names: list[str], ports: dict[str, in
     pipelines = build_pipelines(settings, names)
     spec = settings.specialists
     servers = [
-        SpecialistServer(p, spec.host, (ports or {}).get(name, p.profile.settings.port)) for name, p in pipelines.items()
+        SpecialistServer(p, spec.host, (ports or {}).get(name, p.profile.settings.port),
+                         internal_token=settings.auth.internal_token_value, tls=spec.tls)
+        for name, p in pipelines.items()
     ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from macaron.auth.settings import ServerTlsSettings
 from macaron.discovery import DiscoverySettings
 from macaron.ports import SPECIALIST_PORTS
 
@@ -91,7 +92,13 @@ class SpecialistsSettings(BaseModel):
     discovery: DiscoverySettings = Field(
         default_factory=DiscoverySettings, description="How specialists find the base-weight group's replicas."
     )
-    host: str = Field("127.0.0.1", description="Address the specialists' gRPC servers bind to.")
+    host: str = Field(
+        "127.0.0.1",
+        description="Address the specialists' gRPC servers bind to; any non-loopback address requires auth.internal_token.",
+    )
+    tls: ServerTlsSettings = Field(
+        default_factory=ServerTlsSettings, description="TLS of the specialists' gRPC servers (off while cert_file is empty)."
+    )
     tokenizer_path: str | None = Field(
         None,
         description="Tokenizer directory used to render prompts and count tokens; "

@@ -42,10 +42,60 @@ class Chat:
         self._client = client
 
     @overload
-    def create(self, *, messages: Iterable[MessageParam], stream: Literal[False] = False, **params: Any) -> ChatResult: ...
+    def create(
+        self,
+        *,
+        messages: Iterable[MessageParam],
+        stream: Literal[False] = False,
+        specialist: SpecialistParam = ...,
+        session_id: str | None = ...,
+        tools: Sequence[ToolParam] | None = ...,
+        tool_choice: ToolChoiceParam | None = ...,
+        response_format: ResponseFormatParam | None = ...,
+        max_tokens: int | None = ...,
+        min_tokens: int | None = ...,
+        temperature: float | None = ...,
+        top_p: float | None = ...,
+        top_k: int | None = ...,
+        min_p: float | None = ...,
+        frequency_penalty: float | None = ...,
+        presence_penalty: float | None = ...,
+        repetition_penalty: float | None = ...,
+        stop: str | Sequence[str] | None = ...,
+        seed: int | None = ...,
+        request_id: str | None = ...,
+        request_metadata: Mapping[str, str] | None = ...,
+        timeout: float | None = ...,
+        metadata: Mapping[str, str] | None = ...,
+    ) -> ChatResult: ...
 
     @overload
-    def create(self, *, messages: Iterable[MessageParam], stream: Literal[True], **params: Any) -> Stream: ...
+    def create(
+        self,
+        *,
+        messages: Iterable[MessageParam],
+        stream: Literal[True],
+        specialist: SpecialistParam = ...,
+        session_id: str | None = ...,
+        tools: Sequence[ToolParam] | None = ...,
+        tool_choice: ToolChoiceParam | None = ...,
+        response_format: ResponseFormatParam | None = ...,
+        max_tokens: int | None = ...,
+        min_tokens: int | None = ...,
+        temperature: float | None = ...,
+        top_p: float | None = ...,
+        top_k: int | None = ...,
+        min_p: float | None = ...,
+        frequency_penalty: float | None = ...,
+        presence_penalty: float | None = ...,
+        repetition_penalty: float | None = ...,
+        stop: str | Sequence[str] | None = ...,
+        seed: int | None = ...,
+        request_id: str | None = ...,
+        request_metadata: Mapping[str, str] | None = ...,
+        timeout: float | None = ...,
+        metadata: Mapping[str, str] | None = ...,
+    ) -> Stream: ...
 
     def create(
         self,
@@ -57,11 +107,14 @@ class Chat:
         tool_choice: ToolChoiceParam | None = None,
         response_format: ResponseFormatParam | None = None,
         max_tokens: int | None = None,
+        min_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         top_k: int | None = None,
+        min_p: float | None = None,
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
+        repetition_penalty: float | None = None,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
@@ -73,7 +126,8 @@ class Chat:
         """Generates an answer: a ChatResult, or with `stream=True` a Stream of chunks.
 
         `request_metadata` travels in the request (logged by the router); `metadata` is extra
-        gRPC call metadata. `timeout` (seconds) is the deadline of the whole call.
+        gRPC call metadata. `timeout` (seconds) is the deadline of the whole call. `top_k`, `min_p`,
+        `repetition_penalty` and `min_tokens` are the sampling extras vLLM's and SGLang's servers accept.
         """
         c = self._client
         rid = c.new_request_id(request_id)
@@ -81,7 +135,8 @@ class Chat:
             messages=messages, specialist=specialist, session_id=session_id, request_id=rid, tools=tools,
             tool_choice=tool_choice, response_format=response_format, max_tokens=max_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-            stop=stop, seed=seed, metadata=request_metadata,
+            stop=stop, seed=seed, metadata=request_metadata, min_tokens=min_tokens, min_p=min_p,
+            repetition_penalty=repetition_penalty,
         )
         deadline, extra = c._options(timeout, metadata)
         call_metadata = c.request_metadata(rid, extra)
@@ -137,10 +192,60 @@ class AsyncChat:
         self._client = client
 
     @overload
-    async def create(self, *, messages: Iterable[MessageParam], stream: Literal[False] = False, **params: Any) -> ChatResult: ...
+    async def create(
+        self,
+        *,
+        messages: Iterable[MessageParam],
+        stream: Literal[False] = False,
+        specialist: SpecialistParam = ...,
+        session_id: str | None = ...,
+        tools: Sequence[ToolParam] | None = ...,
+        tool_choice: ToolChoiceParam | None = ...,
+        response_format: ResponseFormatParam | None = ...,
+        max_tokens: int | None = ...,
+        min_tokens: int | None = ...,
+        temperature: float | None = ...,
+        top_p: float | None = ...,
+        top_k: int | None = ...,
+        min_p: float | None = ...,
+        frequency_penalty: float | None = ...,
+        presence_penalty: float | None = ...,
+        repetition_penalty: float | None = ...,
+        stop: str | Sequence[str] | None = ...,
+        seed: int | None = ...,
+        request_id: str | None = ...,
+        request_metadata: Mapping[str, str] | None = ...,
+        timeout: float | None = ...,
+        metadata: Mapping[str, str] | None = ...,
+    ) -> ChatResult: ...
 
     @overload
-    async def create(self, *, messages: Iterable[MessageParam], stream: Literal[True], **params: Any) -> AsyncStream: ...
+    async def create(
+        self,
+        *,
+        messages: Iterable[MessageParam],
+        stream: Literal[True],
+        specialist: SpecialistParam = ...,
+        session_id: str | None = ...,
+        tools: Sequence[ToolParam] | None = ...,
+        tool_choice: ToolChoiceParam | None = ...,
+        response_format: ResponseFormatParam | None = ...,
+        max_tokens: int | None = ...,
+        min_tokens: int | None = ...,
+        temperature: float | None = ...,
+        top_p: float | None = ...,
+        top_k: int | None = ...,
+        min_p: float | None = ...,
+        frequency_penalty: float | None = ...,
+        presence_penalty: float | None = ...,
+        repetition_penalty: float | None = ...,
+        stop: str | Sequence[str] | None = ...,
+        seed: int | None = ...,
+        request_id: str | None = ...,
+        request_metadata: Mapping[str, str] | None = ...,
+        timeout: float | None = ...,
+        metadata: Mapping[str, str] | None = ...,
+    ) -> AsyncStream: ...
 
     async def create(
         self,
@@ -152,11 +257,14 @@ class AsyncChat:
         tool_choice: ToolChoiceParam | None = None,
         response_format: ResponseFormatParam | None = None,
         max_tokens: int | None = None,
+        min_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         top_k: int | None = None,
+        min_p: float | None = None,
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
+        repetition_penalty: float | None = None,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
@@ -172,7 +280,8 @@ class AsyncChat:
             messages=messages, specialist=specialist, session_id=session_id, request_id=rid, tools=tools,
             tool_choice=tool_choice, response_format=response_format, max_tokens=max_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-            stop=stop, seed=seed, metadata=request_metadata,
+            stop=stop, seed=seed, metadata=request_metadata, min_tokens=min_tokens, min_p=min_p,
+            repetition_penalty=repetition_penalty,
         )
         deadline, extra = c._options(timeout, metadata)
         call_metadata = c.request_metadata(rid, extra)
@@ -192,7 +301,13 @@ class AsyncChat:
         if first is None:
             raise _no_chunks(rid)
         result = AsyncStream(call, first, rid)
-        return result if stream else await result.get_final_result()
+        if stream:
+            return result
+        try:
+            return await result.get_final_result()
+        except BaseException:  # cancelled (the caller left) or failed: the router stops working on it
+            await result.close()
+            raise
 
     async def classify(
         self,

@@ -1,0 +1,129 @@
+"""Per-key limits beyond requests per minute: requests in flight and tokens per minute, shared by
+every replica through Redis, and checked by the router before any routing work."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import grpc
+import pytest
+
+from macaron.auth import ApiKeyEntry, AuthSettings, Guard, RateLimitedError, hash_api_key
+from macaron.store import MemoryStore, RedisStore
+
+
+def _settings(key: str, **limits: Any) -> AuthSettings:
+    return AuthSettings(api_keys=[ApiKeyEntry(name=f"team-{uuid.uuid4().hex[:6]}", sha256=hash_api_key(key), **limits)])
+
+
+@pytest.fixture
+async def redis_store(redis_url: str):
+    store = RedisStore(redis_url, key_prefix=f"test-limits-{uuid.uuid4().hex[:8]}:")
+    yield store
+    await store.close()
+
+
+async def test_requests_in_flight_are_limited_over_all_replicas(redis_store) -> None:
+    settings = _settings("mk-k", max_concurrent_requests=2)
+    a, b = (Guard(settings, redis_store, dev_mode=False) for _ in range(2))  # two routers, one Redis
+    principal = a.authenticate("mk-k")
+    first = await a.acquire(principal)
+    second = await b.acquire(principal)
+    with pytest.raises(RateLimitedError, match="in flight") as info:
+        await a.acquire(principal)
+    assert info.value.retry_after_s > 0
+    await second.release()
+    third = await a.acquire(principal)  # a slot came back
+    await first.release()
+    await first.release()  # twice is once
+    await third.release()
+    leases = [await b.acquire(principal) for _ in range(2)]
+    for lease in leases:
+        await lease.release()
+
+
+async def test_tokens_per_minute_are_charged_when_requests_end(redis_store) -> None:
+    settings = _settings("mk-t", tokens_per_minute=100)
+    a, b = (Guard(settings, redis_store, dev_mode=False) for _ in range(2))
+    principal = a.authenticate("mk-t")
+    lease = await a.acquire(principal)
+    await lease.release(tokens=60)
+    lease = await b.acquire(principal)  # 60 of 100 spent: still admitted
+    await lease.release(tokens=60)
+    with pytest.raises(RateLimitedError, match="token budget") as info:
+        await a.acquire(principal)  # 120 spent, on the other replica
+    assert 0 < info.value.retry_after_s <= 60
+
+
+async def test_keys_without_these_limits_hold_no_lease() -> None:
+    guard = Guard(_settings("mk-free"), MemoryStore(), dev_mode=False)
+    principal = guard.authenticate("mk-free")
+    for _ in range(50):
+        await guard.acquire(principal)  # nothing to count, nothing to release
+
+
+async def test_defaults_apply_to_keys_that_set_none() -> None:
+    settings = _settings("mk-d").model_copy(update={"default_max_concurrent_requests": 1})
+    guard = Guard(settings, MemoryStore(), dev_mode=False)
+    principal = guard.authenticate("mk-d")
+    assert principal.max_concurrent_requests == 1
+    lease = await guard.acquire(principal)
+    with pytest.raises(RateLimitedError):
+        await guard.acquire(principal)
+    await lease.release()
+
+
+class CountingClassifier:
+    """Unsure about everything (so a routed request would also ask the judge); counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def classify(self, text: str | None = None, *, messages: Any = None, tools: Any = None, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        probs = {"chat": 0.3, "agent": 0.25, "code": 0.25, "ui": 0.2}
+        return {"specialist": "chat", "probabilities": probs, "confidence": 0.3}
+
+
+async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> None:
+    """An over-limit request is refused before the classifier (and so before the judge's engine call)."""
+    from transformers import AutoTokenizer
+
+    from macaron.assets import ensure_tiny_model
+    from macaron.config import MacaronSettings
+    from macaron.discovery import StaticSource
+    from macaron.router.server import RouterServer
+    from macaron.v1 import common_pb2 as pb
+    from macaron.v1 import router_pb2_grpc
+
+    tiny = ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
+    key = "mk-router-limit"
+    auth = _settings(key, requests_per_minute=1)
+    classifier = CountingClassifier()
+    settings = MacaronSettings(auth=auth.model_dump(), router={"metrics": False, "judge_timeout_s": 0.5})
+    router = RouterServer(settings, store=MemoryStore(), classifier=classifier,
+                          tokenizer=AutoTokenizer.from_pretrained(str(tiny.model_dir)),
+                          discovery=StaticSource(["http://127.0.0.1:9"]), host="127.0.0.1", port=0, serve_metrics=False)
+    await router.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.port}") as channel:
+            stub = router_pb2_grpc.RouterStub(channel)
+            request = pb.GenerateRequest(messages=[pb.ChatMessage(role=pb.ROLE_USER, content="hello")])
+            metadata = (("authorization", f"Bearer {key}"),)
+
+            async def generate() -> grpc.StatusCode:
+                try:
+                    async for _ in stub.Generate(request, timeout=10, metadata=metadata):
+                        pass
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+                return grpc.StatusCode.OK
+
+            assert await generate() != grpc.StatusCode.RESOURCE_EXHAUSTED  # routed (no specialist answers here)
+            routed = classifier.calls
+            assert routed >= 1
+            assert await generate() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert classifier.calls == routed  # refused before the decision
+    finally:
+        await router.aclose()
