@@ -1,0 +1,114 @@
+"""The conversation decision: one learned model over a conversation's features.
+
+For every candidate specialist k the model scores
+    θ · φ_k(last turn, earlier turns, session, tools)
+and a softmax over the four gives the decision. φ_k holds the calibrated log-probability of k
+for the last user turn alone and for the earlier turns (mixed), both also scaled by how short the
+last turn is (a three-word follow-up says little), whether k is the session's current specialist
+(alone, scaled by shortness and by how unsure the last turn is), declared tools and tool activity
+for `agent`, and a bias per specialist. The weights are fitted on multi-turn conversations of the
+kinds stay / continue / switch / tool loop (multiturn_data.py), so stickiness, the weight of history
+and the pull of declared tools are learned from data instead of hand-set, and they are applied
+once, here (the router adds no threshold of its own).
+
+A tool loop that is open in a conversation with a session is not scored: it stays with the
+session's specialist (a hard rule; the results of a tool say nothing about the next specialist).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from macaron.router.classifier.data import LABELS
+
+SHORT_TURN_WORDS = 8
+FEATURES = (
+    "log_p_last", "log_p_history", "short_x_log_p_history", "short_x_log_p_last",
+    "is_session", "short_x_is_session", "unsure_last_x_is_session",
+    "tools_declared_x_agent", "tool_activity_x_agent",
+) + tuple(f"bias_{label}" for label in LABELS)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInputs:
+    """What the conversation decision reads (probabilities are calibrated, over LABELS)."""
+
+    p_last: np.ndarray
+    p_history: np.ndarray | None
+    session: int | None  # index into LABELS
+    last_words: int
+    has_tools: bool = False
+    tool_activity: bool = False
+
+
+def shortness(words: int) -> float:
+    return max(0.0, 1.0 - words / SHORT_TURN_WORDS)
+
+
+def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np.ndarray:
+    """(n_labels, n_features): φ_k for every candidate k."""
+    n = len(inputs.p_last)
+    phi = np.zeros((n, len(FEATURES)))
+    short = shortness(inputs.last_words)
+    log_last = np.log(np.clip(inputs.p_last, 1e-6, 1.0))
+    phi[:, 0] = log_last
+    phi[:, 3] = short * log_last
+    if inputs.p_history is not None:
+        log_hist = np.log(np.clip(inputs.p_history, 1e-6, 1.0))
+        phi[:, 1] = log_hist
+        phi[:, 2] = short * log_hist
+    if inputs.session is not None:
+        s = inputs.session
+        phi[s, 4] = 1.0
+        phi[s, 5] = short
+        phi[s, 6] = 1.0 - float(inputs.p_last.max())
+    phi[agent, 7] = float(inputs.has_tools)
+    phi[agent, 8] = float(inputs.tool_activity)
+    phi[np.arange(n), 9 + np.arange(n)] = 1.0
+    return phi
+
+
+@dataclass
+class TurnModel:
+    """θ over FEATURES; `probabilities(inputs)` is the conversation's decision."""
+
+    theta: np.ndarray
+
+    def probabilities(self, inputs: TurnInputs) -> np.ndarray:
+        scores = feature_tensor(inputs) @ self.theta
+        scores -= scores.max()
+        e = np.exp(scores)
+        return e / e.sum()
+
+    def weights(self) -> dict[str, float]:
+        return {name: round(float(v), 4) for name, v in zip(FEATURES, self.theta)}
+
+
+def fit_turn_model(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.01) -> TurnModel:
+    """Weighted conditional-logit fit (L-BFGS, deterministic) of θ on φ tensors (n, labels, features)."""
+    from scipy.optimize import minimize
+
+    w = w / w.sum()
+    rows = np.arange(len(y))
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        scores = phis @ theta
+        scores -= scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=1, keepdims=True)
+        nll = -(w * np.log(p[rows, y] + 1e-12)).sum() + l2 * theta @ theta
+        expected = np.einsum("nk,nkf->nf", p, phis)
+        grad = (w[:, None] * (expected - phis[rows, y])).sum(axis=0) + 2 * l2 * theta
+        return float(nll), grad
+
+    start = np.zeros(phis.shape[2])
+    start[0] = 1.0
+    result = minimize(loss, start, jac=True, method="L-BFGS-B", options={"maxiter": 500})
+    return TurnModel(theta=np.asarray(result.x, dtype=np.float64))
+
+
+def stack(inputs: Sequence[TurnInputs]) -> np.ndarray:
+    return np.stack([feature_tensor(i) for i in inputs]) if inputs else np.zeros((0, len(LABELS), len(FEATURES)))
