@@ -19,7 +19,7 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
-from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, TurnModel
+from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
 
 ARTIFACT_FORMAT = 2
@@ -108,7 +108,7 @@ class Artifact:
             "fast_weight_when_escalated": float(self.fast_weight_when_escalated),
             "report": self.report,
             "turn": None if self.turn is None else {
-                "features": list(TURN_FEATURES), "theta": self.turn.theta.astype(np.float64)},
+                "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64)},
         }
         if self.embedding is not None:
             payload["embedding"] = {
@@ -155,7 +155,7 @@ class Artifact:
         turn_payload = payload.get("turn")
         turn = None
         if turn_payload:
-            if list(turn_payload["features"]) != list(TURN_FEATURES):
+            if list(turn_payload["features"]) != list(TURN_FEATURES) or list(turn_payload.get("stages", [])) != list(TURN_STAGES):
                 raise ArtifactError("classifier artifact's conversation model has other features than this code; "
                                     "rebuild it with `macaron router train`")
             turn = TurnModel(theta=np.asarray(turn_payload["theta"], dtype=np.float64))

@@ -75,7 +75,7 @@ def _line(messages, label, session, kind, source, license_, tools=False) -> dict
 
 def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], written: Sequence[str],
           *, seed: int, n_switch: int, n_continue: int, n_stay: int, n_tool: int,
-          no_session_share: float = 0.2) -> list[dict[str, Any]]:
+          no_session_share: float = 0.2, tools_share: float = 0.3) -> list[dict[str, Any]]:
     """Conversations of the four kinds (see the module docstring), deterministic for one seed."""
     rng = random.Random(seed)
     rows = [e for e in examples if e.text]
@@ -89,23 +89,29 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
     def session_for(label: str) -> str | None:
         return None if rng.random() < no_session_share else label
 
+    def client_tools(*rows: Example) -> bool:
+        # A client declares tools for the whole conversation: always when a turn comes from a
+        # tool-calling source, and for a share of the others (IDE agents and assistants declare
+        # tools whatever the user asks), so declared tools are evidence, not a verdict.
+        return any(_has_tools(e.source) for e in rows) or rng.random() < tools_share
+
     out: list[dict[str, Any]] = []
     for _ in range(n_switch):
         a, b = rng.sample(LABELS, 2)
         hist, last = history(a), rng.choice(by_label[b])
-        tools = any(_has_tools(e.source) for e in hist) or _has_tools(last.source)
+        tools = client_tools(*hist, last)
         messages = _history(hist) + [{"role": "user", "content": last.text}]
         out.append(_line(messages, b, session_for(a), "switch", last.source, last.extra.get("license", ""), tools))
     for _ in range(n_continue):
         a = rng.choice(LABELS)
         hist, last = history(a), rng.choice(by_label[a])
-        tools = any(_has_tools(e.source) for e in hist + [last])
+        tools = client_tools(*hist, last)
         messages = _history(hist) + [{"role": "user", "content": last.text}]
         out.append(_line(messages, a, session_for(a), "continue", last.source, last.extra.get("license", ""), tools))
     for _ in range(n_stay):
         a = rng.choice(LABELS)
         hist = history(a)
-        tools = any(_has_tools(e.source) for e in hist)
+        tools = client_tools(*hist)
         messages = _history(hist) + [{"role": "user", "content": rng.choice(written)}]
         out.append(_line(messages, a, session_for(a), "stay", WRITTEN_SOURCE, "written for this project", tools))
     for conv in conversations:  # real follow-ups: every later user turn of a public conversation

@@ -262,6 +262,17 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     """The conversation model and its hold-out report (see turn_training.py)."""
     from macaron.router.classifier import turn_training
 
+    data = turn_data(multiturn, texts, oof, fast, head, embed, config,
+                     fast_t=fast_t, embed_t=embed_t, threshold=threshold, alpha=alpha)
+    say("  conversation decision: hold-out by source repository of the new turn")
+    report = turn_training.holdout(data)
+    return turn_training.fit(data), report
+
+
+def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha):
+    """The conversation model's inputs: hold-out logits for training rows, final models' otherwise."""
+    from macaron.router.classifier import turn_training
+
     row_of = {t: i for i, t in enumerate(texts)}
 
     def logits_of(wanted: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -286,10 +297,7 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
                 j += 1
         return f, e
 
-    data = turn_training.build_turn_data(
+    return turn_training.build_turn_data(
         multiturn, lambda ex: example_conversation(ex, config.max_chars), logits_of,
         fast_t=fast_t, embed_t=embed_t, threshold=threshold if head is not None else 0.0, alpha=alpha,
     )
-    say("  conversation decision: hold-out by source repository of the new turn")
-    report = turn_training.holdout(data)
-    return turn_training.fit(data), report

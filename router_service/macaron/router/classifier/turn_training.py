@@ -6,7 +6,8 @@ model that never saw the row's repository), so the conversation model learns how
 turn probabilities on unseen traffic; other texts (follow-ups, tool results) get the final models'.
 Every conversation is seen twice: with fast-path probabilities and with the escalated ones
 (pooled where the fast path is unsure), because the classifier asks the conversation model at
-both stages. Kinds weigh the same. Hold-out: the conversation model is fitted without each
+both stages; each stage has its own weights (the embedding model errs differently, e.g. it is
+confident about generic follow-ups). Kinds weigh the same. Hold-out: the conversation model is fitted without each
 source repository of the new turn in turn, and the kinds' accuracies are reported per repository.
 """
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from macaron.router.classifier.data import LABELS, Example
 from macaron.router.classifier.model import combine, softmax
-from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_turn_model, stack
+from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, refers_back, stack
 
 KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
 
@@ -36,6 +37,7 @@ class TurnData:
     kinds: list[str]
     groups: np.ndarray
     rule_session: list[int | None]  # session index where an open tool loop decides by rule, else None
+    threshold: float = 0.0  # escalation threshold: below it the escalated stage decides
 
 
 def build_turn_data(
@@ -71,7 +73,7 @@ def build_turn_data(
 
         f_last, f_hist = probs(fast_logits, fast_t)
         common = dict(session=s, last_words=conv.last_words, has_tools=conv.has_tools,
-                      tool_activity=conv.has_tool_activity)
+                      tool_activity=conv.has_tool_activity, refers_back=refers_back(conv.last_text))
         fast_inputs.append(TurnInputs(p_last=f_last, p_history=f_hist, **common))
         if embed_logits is not None:
             e_last, e_hist = probs(embed_logits, embed_t)
@@ -89,6 +91,7 @@ def build_turn_data(
         kinds=[str(e.extra.get("kind", "")) for e in examples],
         groups=np.array([e.repository for e in examples]),
         rule_session=rule,
+        threshold=threshold if embed_logits is not None else 0.0,
     )
 
 
@@ -99,22 +102,34 @@ def _fit(data: TurnData, rows: np.ndarray) -> TurnModel:
     for k in kinds:
         counts[k] += 1
     w = np.array([1.0 / counts[k] for k in kinds])
-    phis = np.concatenate([stack([data.fast[r] for r in rows]), stack([data.escalated[r] for r in rows])])
-    return fit_turn_model(phis, np.concatenate([data.y[rows], data.y[rows]]), np.concatenate([w, w]))
+    y = data.y[rows]
+    return TurnModel(theta=np.stack([
+        fit_stage(stack([data.fast[r] for r in rows]), y, w),
+        fit_stage(stack([data.escalated[r] for r in rows]), y, w),
+    ]))
 
 
 def fit(data: TurnData) -> TurnModel:
     return _fit(data, np.arange(len(data.y)))
 
 
-def predict(model: TurnModel, data: TurnData, rows: Sequence[int], *, escalated: bool = True) -> np.ndarray:
-    """Predicted label indices (an open tool loop with a session keeps the session's specialist)."""
-    source = data.escalated if escalated else data.fast
-    out = []
+def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted label indices and whether each escalated, as the classifier decides: the fast
+    stage, then the escalated stage when unsure (an open tool loop with a session stays)."""
+    out, escalated = [], []
     for r in rows:
         rule = data.rule_session[r]
-        out.append(rule if rule is not None else int(model.probabilities(source[r]).argmax()))
-    return np.array(out, dtype=int)
+        if rule is not None:
+            out.append(rule)
+            escalated.append(False)
+            continue
+        p = model.probabilities(data.fast[r])
+        unsure = bool(p.max() < data.threshold)
+        if unsure:
+            p = model.probabilities(data.escalated[r], escalated=True)
+        out.append(int(p.argmax()))
+        escalated.append(unsure)
+    return np.array(out, dtype=int), np.array(escalated, dtype=bool)
 
 
 def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions: Sequence[int | None]) -> dict[str, Any]:
@@ -134,14 +149,17 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
 def holdout(data: TurnData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Kinds' accuracy with the conversation model fitted without each repository of the new turn."""
     pred = np.zeros(len(data.y), dtype=int)
+    escalated = np.zeros(len(data.y), dtype=bool)
     names = sorted(set(data.groups))
     for name in names:
         held = np.where(data.groups == name)[0]
         model = _fit(data, np.where(data.groups != name)[0])
-        pred[held] = predict(model, data, held)
+        pred[held], escalated[held] = predict(model, data, held)
     sessions = [i.session for i in data.fast]
     per_repo = {}
     for name in names:
         m = np.where(data.groups == name)[0]
         per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m])
-    return {"pooled": kind_metrics(data.y, pred, data.kinds, sessions), "per_repository": per_repo}
+    pooled = kind_metrics(data.y, pred, data.kinds, sessions)
+    pooled["escalation_rate"] = round(float(escalated.mean()), 4)
+    return {"pooled": pooled, "per_repository": per_repo}

@@ -25,11 +25,20 @@ import numpy as np
 from macaron.router.classifier.data import LABELS
 
 SHORT_TURN_WORDS = 8
+# Words by which a turn points back at the conversation ("make it shorter", "rewrite your previous
+# response", "do the same for that one"); how much they count is learned.
+REFERRING_WORDS = frozenset(
+    "it its that this those these them they previous above earlier again same instead rest other "
+    "your yours before last more shorter longer simpler".split()
+)
 FEATURES = (
     "log_p_last", "log_p_history", "short_x_log_p_history", "short_x_log_p_last",
     "is_session", "short_x_is_session", "unsure_last_x_is_session",
     "tools_declared_x_agent", "tool_activity_x_agent",
+    "refers_back_x_is_session", "refers_back_x_log_p_last", "refers_back_x_log_p_history",
 ) + tuple(f"bias_{label}" for label in LABELS)
+N_BIAS = 9 + 3
+STAGES = ("fast", "escalated")  # one weight vector per stage: the embedding model errs differently
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +51,14 @@ class TurnInputs:
     last_words: int
     has_tools: bool = False
     tool_activity: bool = False
+    refers_back: float = 0.0
 
+
+def refers_back(text: str) -> float:
+    """How much a turn reads as pointing back: referring words, fading out for long turns (0..1)."""
+    words = [w.strip(".,!?;:'\"()").lower() for w in text.split()]
+    cues = sum(w in REFERRING_WORDS for w in words)
+    return min(1.0, cues / 2.0) * max(0.0, 1.0 - len(words) / 25.0)
 
 def shortness(words: int) -> float:
     return max(0.0, 1.0 - words / SHORT_TURN_WORDS)
@@ -67,27 +83,34 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
         phi[s, 6] = 1.0 - float(inputs.p_last.max())
     phi[agent, 7] = float(inputs.has_tools)
     phi[agent, 8] = float(inputs.tool_activity)
-    phi[np.arange(n), 9 + np.arange(n)] = 1.0
+    r = inputs.refers_back
+    if inputs.session is not None:
+        phi[inputs.session, 9] = r
+    phi[:, 10] = r * log_last
+    if inputs.p_history is not None:
+        phi[:, 11] = r * np.log(np.clip(inputs.p_history, 1e-6, 1.0))
+    phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
     return phi
 
 
 @dataclass
 class TurnModel:
-    """θ over FEATURES; `probabilities(inputs)` is the conversation's decision."""
+    """θ over FEATURES, one row per stage; `probabilities(inputs)` is the conversation's decision."""
 
-    theta: np.ndarray
+    theta: np.ndarray  # (len(STAGES), len(FEATURES))
 
-    def probabilities(self, inputs: TurnInputs) -> np.ndarray:
-        scores = feature_tensor(inputs) @ self.theta
+    def probabilities(self, inputs: TurnInputs, *, escalated: bool = False) -> np.ndarray:
+        scores = feature_tensor(inputs) @ self.theta[int(escalated)]
         scores -= scores.max()
         e = np.exp(scores)
         return e / e.sum()
 
-    def weights(self) -> dict[str, float]:
-        return {name: round(float(v), 4) for name, v in zip(FEATURES, self.theta)}
+    def weights(self) -> dict[str, dict[str, float]]:
+        return {stage: {name: round(float(v), 4) for name, v in zip(FEATURES, row)}
+                for stage, row in zip(STAGES, self.theta)}
 
 
-def fit_turn_model(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.01) -> TurnModel:
+def fit_stage(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.01) -> np.ndarray:
     """Weighted conditional-logit fit (L-BFGS, deterministic) of θ on φ tensors (n, labels, features)."""
     from scipy.optimize import minimize
 
@@ -107,7 +130,7 @@ def fit_turn_model(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0
     start = np.zeros(phis.shape[2])
     start[0] = 1.0
     result = minimize(loss, start, jac=True, method="L-BFGS-B", options={"maxiter": 500})
-    return TurnModel(theta=np.asarray(result.x, dtype=np.float64))
+    return np.asarray(result.x, dtype=np.float64)
 
 
 def stack(inputs: Sequence[TurnInputs]) -> np.ndarray:
