@@ -101,7 +101,12 @@ def test_missing_data_says_what_to_do(monkeypatch, tmp_path) -> None:
         find_data_dir()
 
 
-QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self-instruct", "mnluzimu/WebGen-Agent")
+QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self-instruct", "mnluzimu/WebGen-Agent",
+                 "sonos/nlu-benchmark", "TellinaTool/nl2bash")
+# Measured (fast path, 1/3 of train, these six repositories): mean accuracy 0.68 (nl2bash 0.13:
+# terse shell requests read as agent to a lexical model that never saw them).
+
+QUICK_HOLDOUT_FLOOR = 0.62
 
 
 def _holdout(train_examples, repos_to_hold, every: int):
@@ -118,6 +123,8 @@ def _print_holdout(capsys, title: str, summary: dict) -> None:
     with capsys.disabled():
         print(f"\n[classifier] {title}: mean={summary['mean_fast_accuracy']} "
               f"macro_f1={summary['pooled_fast']['macro_f1']}")
+        for label, m in summary["pooled_fast"]["per_class"].items():
+            print(f"  {label:6s} precision={m['precision']} recall={m['recall']} n={m['support']}")
         for name, entry in summary["per_repository"].items():
             print(f"  {name:40s} n={entry['n']:5d} {','.join(entry['labels']):12s} acc={entry['fast_accuracy']}")
 
@@ -125,10 +132,10 @@ def _print_holdout(capsys, title: str, summary: dict) -> None:
 def test_source_holdout_quick(train_examples, capsys) -> None:
     """Fast path, fitted on a third of train without the held-out repository (printed)."""
     summary = _holdout(train_examples, QUICK_HOLDOUT, every=3)
-    _print_holdout(capsys, "source hold-out (fast path, 1/3 of train, 4 repositories)", summary)
-    # A guard against a broken pipeline, not the target: grade-school-math alone is near 0.1
-    # for the lexical model (no other source has math word problems).
-    assert summary["mean_fast_accuracy"] > 0.5
+    _print_holdout(capsys, "source hold-out (fast path, 1/3 of train, 6 repositories)", summary)
+    # A floor a little under the measured mean: grade-school-math alone is far lower for the
+    # lexical model (no other source has math word problems), the others mostly near or above 0.8.
+    assert summary["mean_fast_accuracy"] >= QUICK_HOLDOUT_FLOOR
 
 
 @pytest.mark.slow

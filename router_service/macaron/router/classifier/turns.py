@@ -111,7 +111,7 @@ class TurnModel:
 
 
 def fit_stage(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.01) -> np.ndarray:
-    """Weighted conditional-logit fit (L-BFGS, deterministic) of θ on φ tensors (n, labels, features)."""
+    """Weighted conditional-logit fit (BFGS over a few weights, deterministic) of θ on φ tensors (n, labels, features)."""
     from scipy.optimize import minimize
 
     w = w / w.sum()
@@ -129,7 +129,7 @@ def fit_stage(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.01) 
 
     start = np.zeros(phis.shape[2])
     start[0] = 1.0
-    result = minimize(loss, start, jac=True, method="L-BFGS-B", options={"maxiter": 500})
+    result = minimize(loss, start, jac=True, method="BFGS", options={"maxiter": 300, "gtol": 1e-5})
     return np.asarray(result.x, dtype=np.float64)
 
 
