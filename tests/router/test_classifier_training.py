@@ -105,7 +105,6 @@ QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self
                  "sonos/nlu-benchmark", "TellinaTool/nl2bash")
 # Measured (fast path, 1/3 of train, these six repositories): mean accuracy 0.68 (nl2bash 0.13:
 # terse shell requests read as agent to a lexical model that never saw them).
-
 QUICK_HOLDOUT_FLOOR = 0.62
 
 
