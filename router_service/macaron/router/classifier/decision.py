@@ -29,7 +29,7 @@ from macaron.router.classifier.errors import ClassificationInputError
 from macaron.router.classifier.escalation import Embedder, EmbedderUnavailable, mix_embeddings
 from macaron.router.classifier.model import SHIPPED_ARTIFACT, Artifact, combine, softmax
 from macaron.router.classifier.settings import ClassifierSettings
-from macaron.router.classifier.turns import TurnInputs, refers_back
+from macaron.router.classifier.turns import TurnInputs, may_escalate, refers_back
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +118,14 @@ class SpecialistClassifier:
         weights = np.array([seg.weight for seg in conversation.history])
         return softmax(logits[0]), softmax(weights @ logits[1:])
 
-    def _turn_decision(self, conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
-                       session: int | None, *, escalated: bool = False) -> np.ndarray:
-        turn = self.artifact.turn
-        assert turn is not None
-        return turn.probabilities(TurnInputs(
+    @staticmethod
+    def _turn_inputs(conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
+                     session: int | None) -> TurnInputs:
+        return TurnInputs(
             p_last=p_last, p_history=p_history, session=session, last_words=conversation.last_words,
             has_tools=conversation.has_tools, tool_activity=conversation.has_tool_activity,
             refers_back=refers_back(conversation.last_text),
-        ), escalated=escalated)
+        )
 
     def fast_probabilities(self, conversation: Conversation) -> np.ndarray:
         """The fast model's probabilities of a single request (or a conversation's mixed turns)."""
@@ -173,8 +172,9 @@ class SpecialistClassifier:
             or conversation.has_tool_activity
         ):
             p_last, p_hist = self._last_and_history_fast(conversation)
-            probs = self._turn_decision(conversation, p_last, p_hist, session_index)
-            if probs.max() < self.threshold and self._may_escalate(escalate):
+            inputs = self._turn_inputs(conversation, p_last, p_hist, session_index)
+            probs = self.artifact.turn.probabilities(inputs)
+            if probs.max() < self.threshold and may_escalate(inputs) and self._may_escalate(escalate):
                 try:
                     e_last, e_hist = self._last_and_history_embedded(conversation)
                 except EmbedderUnavailable:
@@ -183,7 +183,8 @@ class SpecialistClassifier:
                     alpha = self.artifact.fast_weight_when_escalated
                     p_last = combine(p_last, e_last, alpha)
                     p_hist = None if p_hist is None or e_hist is None else combine(p_hist, e_hist, alpha)
-                    probs = self._turn_decision(conversation, p_last, p_hist, session_index, escalated=True)
+                    probs = self.artifact.turn.probabilities(
+                        self._turn_inputs(conversation, p_last, p_hist, session_index), escalated=True)
                     escalated = True
         else:
             probs = self.fast_probabilities(conversation)

@@ -22,7 +22,7 @@ import numpy as np
 
 from macaron.router.classifier.data import LABELS, Example
 from macaron.router.classifier.model import combine, softmax
-from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, refers_back, stack
+from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, may_escalate, refers_back, stack
 
 KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
 
@@ -124,7 +124,7 @@ def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.n
             escalated.append(False)
             continue
         p = model.probabilities(data.fast[r])
-        unsure = bool(p.max() < data.threshold)
+        unsure = bool(p.max() < data.threshold) and may_escalate(data.fast[r])
         if unsure:
             p = model.probabilities(data.escalated[r], escalated=True)
         out.append(int(p.argmax()))

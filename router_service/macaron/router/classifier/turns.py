@@ -60,6 +60,13 @@ def refers_back(text: str) -> float:
     cues = sum(w in REFERRING_WORDS for w in words)
     return min(1.0, cues / 2.0) * max(0.0, 1.0 - len(words) / 25.0)
 
+def may_escalate(inputs: TurnInputs) -> bool:
+    """Whether an unsure conversation decision may ask the embedding model. Not for a short turn
+    in a session: a few words carry little domain, and MiniLM is confidently wrong on them ("Turn 1,
+    go on" reads as agent), so the fast stage's weighing of session and history decides."""
+    return inputs.session is None or inputs.last_words >= SHORT_TURN_WORDS
+
+
 def shortness(words: int) -> float:
     return max(0.0, 1.0 - words / SHORT_TURN_WORDS)
 
