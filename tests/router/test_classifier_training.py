@@ -61,7 +61,7 @@ def test_training_is_reproducible(train_examples) -> None:
 
 def test_full_pipeline_on_a_subset(tmp_path, train_examples, dev_examples) -> None:
     """Hold-out, temperatures, escalation choice, save and reload: the same decisions."""
-    small = subset(train_examples, every=12)
+    small = subset(train_examples, every=16)
     config = TrainConfig(seed=0)
     artifact = train(config=config, train_examples=small, embed=fake_embed)
     holdout = artifact.report["holdout"]
@@ -103,9 +103,9 @@ def test_missing_data_says_what_to_do(monkeypatch, tmp_path) -> None:
 
 QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self-instruct", "mnluzimu/WebGen-Agent",
                  "sonos/nlu-benchmark", "TellinaTool/nl2bash")
-# Measured (fast path, 1/3 of train, these six repositories): mean accuracy 0.68 (nl2bash 0.13:
+# Measured (fast path, 1/4 of train, these six repositories): mean accuracy 0.65 (nl2bash about 0.13:
 # terse shell requests read as agent to a lexical model that never saw them).
-QUICK_HOLDOUT_FLOOR = 0.62
+QUICK_HOLDOUT_FLOOR = 0.60
 
 
 def _holdout(train_examples, repos_to_hold, every: int):
@@ -130,8 +130,8 @@ def _print_holdout(capsys, title: str, summary: dict) -> None:
 
 def test_source_holdout_quick(train_examples, capsys) -> None:
     """Fast path, fitted on a third of train without the held-out repository (printed)."""
-    summary = _holdout(train_examples, QUICK_HOLDOUT, every=3)
-    _print_holdout(capsys, "source hold-out (fast path, 1/3 of train, 6 repositories)", summary)
+    summary = _holdout(train_examples, QUICK_HOLDOUT, every=4)
+    _print_holdout(capsys, "source hold-out (fast path, 1/4 of train, 6 repositories)", summary)
     # A floor a little under the measured mean: grade-school-math alone is far lower for the
     # lexical model (no other source has math word problems), the others mostly near or above 0.8.
     assert summary["mean_fast_accuracy"] >= QUICK_HOLDOUT_FLOOR
