@@ -7,8 +7,12 @@ Accuracy: dev.jsonl with the shipped artifact (escalating as in production). Sou
 mean over held-out source repositories of the escalating classifier's accuracy; --quick reads
 it from the artifact's training report (measured by the same code at `macaron router train`),
 the full run re-trains every fold. Latency: per decision on this thread, pinned to one core
-with torch on one thread; the embedding model is loaded before timing. Human-readable lines
-go to stderr; the last line on stdout is one JSON object.
+with torch on one thread; the embedding model is loaded before timing. Multi-turn:
+multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
+session's specialist. Concurrency: N threads each classify dev requests with every request
+escalated (threshold 1), so the figure is the embedding path's throughput, micro-batched as in
+production, next to the same load with batching off (one encoder call per request, as the old
+lock did). Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 
@@ -29,15 +34,43 @@ def pin_to_one_core() -> int | None:
         return None
 
 
+def concurrent_decisions_per_s(classifier, examples, concurrency: int, seconds: float) -> float:
+    """Decisions per second with `concurrency` threads classifying (each request escalated)."""
+    done = [0] * concurrency
+    stop = time.perf_counter() + seconds
+    barrier = threading.Barrier(concurrency + 1)
+
+    def worker(k: int) -> None:
+        barrier.wait()
+        i = k
+        while time.perf_counter() < stop:
+            e = examples[i % len(examples)]
+            classifier.classify(e.text, messages=e.messages, tools=e.tools)
+            done[k] += 1
+            i += concurrency
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    started = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - started)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Under a minute: hold-out from the artifact's report.")
     parser.add_argument("--artifact", help="Artifact to measure (default: the shipped one).")
     parser.add_argument("--data-dir", help="Routing data folder (default: the copy shipped in macaron/router/classifier/routing_data).")
     parser.add_argument("--passes", type=int, default=None, help="Timed passes over dev (default: 1 quick, 3 full).")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for the embedding model; above 1 the process is not pinned to one core "
+                             "(micro-batching pays off with cores to spread a batch over).")
     args = parser.parse_args(argv)
-    core = pin_to_one_core()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    core = pin_to_one_core() if args.threads == 1 else None
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
     from macaron.router.classifier import ClassifierSettings, SpecialistClassifier
     from macaron.router.classifier.data import find_data_dir, load_jsonl
@@ -48,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = find_data_dir(args.data_dir)
     dev = load_jsonl(data_dir / "dev.jsonl")
-    settings = ClassifierSettings(artifact_path=args.artifact, embedder_threads=1)
+    settings = ClassifierSettings(artifact_path=args.artifact, embedder_threads=args.threads)
     started = time.perf_counter()
     classifier = SpecialistClassifier.load(settings)
     load_s = time.perf_counter() - started
@@ -73,6 +106,30 @@ def main(argv: list[str] | None = None) -> int:
     for example in dev:
         classifier.classify(example.text, messages=example.messages, escalate=False)
     fast_decisions_per_s = len(dev) / (time.perf_counter() - started)
+
+    multiturn_path = data_dir / "multiturn_dev.jsonl"
+    multiturn: dict = {}
+    if multiturn_path.is_file():
+        mt = evaluate(classifier, load_jsonl(multiturn_path))
+        multiturn = mt["multiturn"]
+        log(f"multi-turn dev: {multiturn} (fast path {mt['multiturn_fast']}), escalation {mt['escalation_rate']}")
+
+    from macaron.router.classifier.decision import SpecialistClassifier as Clf
+
+    seconds = 3.0 if args.quick else 8.0
+    concurrency: dict[str, float] = {}
+    for label, window_ms, max_batch in (("batched", settings.embed_batch_window_ms, settings.embed_max_batch),
+                                        ("unbatched", 0.0, 1)):
+        forced = Clf(classifier.artifact, settings.model_copy(update={
+            "escalation_threshold": 1.0, "embed_batch_window_ms": window_ms, "embed_max_batch": max_batch}))
+        forced.embedder._model = classifier.embedder._model  # the loaded encoder, shared
+        forced.embedder._loaded.set()
+        for n in (1, 8, 32):
+            if label == "unbatched" and n != 32:
+                continue
+            rate = concurrent_decisions_per_s(forced, dev, n, seconds)
+            concurrency[f"{label}_{n}"] = round(rate, 1)
+            log(f"escalated decisions/s, {label}, {n} concurrent: {rate:.1f} ({forced.embedder.batches} encoder calls)")
 
     if args.quick:
         holdout = classifier.artifact.report.get("holdout", {})
@@ -100,11 +157,26 @@ def main(argv: list[str] | None = None) -> int:
         "fast_p99_ms": result["latency_p99_ms"]["fast"],
         "overall_p50_ms": result["latency_p50_ms"]["all"],
         "overall_p99_ms": result["latency_p99_ms"]["all"],
-        "escalation_rate": result["escalation_rate"],
+        "code_recall": holdout.get("pooled", {}).get("per_class", {}).get("code", {}).get("recall"),
+        "per_class_holdout": holdout.get("pooled", {}).get("per_class"),
+        "escalation_rate": holdout.get("escalation_rate"),
+        "dev_code_recall": result["per_class"]["code"]["recall"],
+        "dev_escalation_rate": result["escalation_rate"],
+        "multiturn_stay": multiturn.get("stay"),
+        "multiturn_continue": multiturn.get("continue"),
+        "multiturn_switch": multiturn.get("switch"),
+        "multiturn_tool_loop": multiturn.get("tool_loop"),
+        "multiturn_tool_loop_switches": multiturn.get("tool_loop_switches"),
+        "multiturn_holdout": classifier.artifact.report.get("multiturn_holdout", {}).get("pooled"),
+        "decisions_per_s_1_concurrent": concurrency.get("batched_1"),
+        "decisions_per_s_8_concurrent": concurrency.get("batched_8"),
+        "decisions_per_s_32_concurrent": concurrency.get("batched_32"),
+        "decisions_per_s_32_concurrent_unbatched": concurrency.get("unbatched_32"),
         "escalation_threshold": classifier.threshold,
         "decisions_per_s": round(decisions_per_s, 1),
         "fast_decisions_per_s": round(fast_decisions_per_s, 1),
-        "cores": 1 if core is not None else None,
+        "cores": 1 if core is not None else os.cpu_count(),
+        "embedder_threads": args.threads,
     }
     print(json.dumps(summary))
     return 0

@@ -34,7 +34,25 @@ SCRIPT = textwrap.dedent(
     forced._embedder = clf.embedder
     decision = forced.classify("I need help with something")
     result = evaluate(clf, load_jsonl(sys.argv[1])[::4], warmup=5)  # a quarter of dev keeps CI fast
-    print(json.dumps({"escalated": decision.escalated, "dev": result}))
+
+    # Micro-batching: 8 concurrent escalations share encoder calls and get their own rows back.
+    import threading
+    import numpy as np
+    texts = [e.text for e in load_jsonl(sys.argv[1])[:8]]
+    direct = [clf.embedder.encode([t])[0] for t in texts]
+    before = clf.embedder.batches
+    clf.embedder.window_s = 0.05
+    got = [None] * len(texts)
+    barrier = threading.Barrier(len(texts))
+    def one(i):
+        barrier.wait()
+        got[i] = clf.embedder.encode_batched([texts[i]])[0]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    same = all(float(np.dot(a, b)) > 0.999 for a, b in zip(direct, got))
+    print(json.dumps({"escalated": decision.escalated, "dev": result, "batched_same": same,
+                      "encoder_calls": clf.embedder.batches - before, "requests": len(texts)}))
     """
 )
 
@@ -60,3 +78,5 @@ def test_artifact_and_embedder_load_offline(routing_data_dir, capsys) -> None:
         )
     assert dev["accuracy"] >= DEV_ESCALATED_ACCURACY_FLOOR
     assert 0.0 < dev["escalation_rate"] < 0.6
+    assert out["batched_same"], "a micro-batched request got another request's embedding"
+    assert 1 <= out["encoder_calls"] < out["requests"], out

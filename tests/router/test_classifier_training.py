@@ -61,7 +61,7 @@ def test_training_is_reproducible(train_examples) -> None:
 
 def test_full_pipeline_on_a_subset(tmp_path, train_examples, dev_examples) -> None:
     """Hold-out, temperatures, escalation choice, save and reload: the same decisions."""
-    small = subset(train_examples, every=12)
+    small = subset(train_examples, every=16)
     config = TrainConfig(seed=0)
     artifact = train(config=config, train_examples=small, embed=fake_embed)
     holdout = artifact.report["holdout"]
@@ -101,7 +101,11 @@ def test_missing_data_says_what_to_do(monkeypatch, tmp_path) -> None:
         find_data_dir()
 
 
-QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self-instruct", "mnluzimu/WebGen-Agent")
+QUICK_HOLDOUT = ("openai/grade-school-math", "openai/human-eval", "yizhongw/self-instruct", "mnluzimu/WebGen-Agent",
+                 "sonos/nlu-benchmark", "TellinaTool/nl2bash")
+# Measured (fast path, 1/4 of train, these six repositories): mean accuracy 0.65 (nl2bash about 0.13:
+# terse shell requests read as agent to a lexical model that never saw them).
+QUICK_HOLDOUT_FLOOR = 0.60
 
 
 def _holdout(train_examples, repos_to_hold, every: int):
@@ -118,17 +122,19 @@ def _print_holdout(capsys, title: str, summary: dict) -> None:
     with capsys.disabled():
         print(f"\n[classifier] {title}: mean={summary['mean_fast_accuracy']} "
               f"macro_f1={summary['pooled_fast']['macro_f1']}")
+        for label, m in summary["pooled_fast"]["per_class"].items():
+            print(f"  {label:6s} precision={m['precision']} recall={m['recall']} n={m['support']}")
         for name, entry in summary["per_repository"].items():
             print(f"  {name:40s} n={entry['n']:5d} {','.join(entry['labels']):12s} acc={entry['fast_accuracy']}")
 
 
 def test_source_holdout_quick(train_examples, capsys) -> None:
     """Fast path, fitted on a third of train without the held-out repository (printed)."""
-    summary = _holdout(train_examples, QUICK_HOLDOUT, every=3)
-    _print_holdout(capsys, "source hold-out (fast path, 1/3 of train, 4 repositories)", summary)
-    # A guard against a broken pipeline, not the target: grade-school-math alone is near 0.1
-    # for the lexical model (no other source has math word problems).
-    assert summary["mean_fast_accuracy"] > 0.5
+    summary = _holdout(train_examples, QUICK_HOLDOUT, every=4)
+    _print_holdout(capsys, "source hold-out (fast path, 1/4 of train, 6 repositories)", summary)
+    # A floor a little under the measured mean: grade-school-math alone is far lower for the
+    # lexical model (no other source has math word problems), the others mostly near or above 0.8.
+    assert summary["mean_fast_accuracy"] >= QUICK_HOLDOUT_FLOOR
 
 
 @pytest.mark.slow

@@ -57,6 +57,29 @@ def test_decision_table(forced, session, classified, tool_loop, words, expected)
     assert d.detail
 
 
+def aware(top: str, p: float) -> Classified:
+    c = cls(top, p)
+    return Classified(c.specialist, c.probabilities, c.confidence, session_aware=True)
+
+
+@pytest.mark.parametrize(
+    ("session", "classified", "tool_loop", "words", "expected"),
+    [
+        # the conversation decision already weighed the session: its choice stands, no second threshold
+        (SessionView("code"), aware("agent", 0.55), False, 6, ("agent", "classifier", 0.55)),
+        (SessionView("code"), aware("chat", 0.9), False, 2, ("chat", "classifier", 0.9)),
+        (SessionView("code"), aware("code", 0.4), False, 1, ("code", "session", 0.4)),
+        # ... but an open tool loop still never switches
+        (SessionView("agent"), aware("code", 0.99), True, 6, ("agent", "session", 1.0)),
+    ],
+)
+def test_session_aware_classifier_decides_once(session, classified, tool_loop, words, expected) -> None:
+    d = decide(forced=None, session=session, classified=classified, tool_loop=tool_loop, policy=POLICY,
+               new_turn_words=words)
+    assert isinstance(d, Decision)
+    assert (d.specialist, d.reason, d.confidence) == expected
+
+
 def test_unsure_classifier_asks_the_judge_then_falls_back_to_chat() -> None:
     unsure = decide(forced=None, session=None, classified=cls("ui", 0.4), tool_loop=False, policy=POLICY)
     assert isinstance(unsure, Unsure)

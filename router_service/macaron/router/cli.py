@@ -75,6 +75,12 @@ def _train(args: argparse.Namespace) -> int:
     print("evaluating on dev.jsonl", file=sys.stderr, flush=True)
     classifier = SpecialistClassifier(artifact, _settings(args))
     artifact.report["dev"] = evaluate(classifier, dev)
+    multiturn_dev = find_data_dir(args.data_dir) / "multiturn_dev.jsonl"
+    if artifact.turn is not None and multiturn_dev.is_file():
+        print("evaluating on multiturn_dev.jsonl", file=sys.stderr, flush=True)
+        report = evaluate(classifier, load_jsonl(multiturn_dev))
+        artifact.report["multiturn_dev"] = {k: report[k] for k in ("n", "accuracy", "multiturn", "multiturn_fast",
+                                                                    "escalation_rate")}
     out = artifact.save(args.out or SHIPPED_ARTIFACT)
     summary = {"artifact": str(out), **_headline(artifact.report)}
     # The report travels beside the artifact (hold-out per repository, curves, dev metrics).
@@ -99,6 +105,8 @@ def _headline(report: dict) -> dict:
         "source_holdout_escalation_rate": holdout.get("escalation_rate"),
         "escalation_threshold": holdout.get("threshold"),
         "per_repository": {k: v.get("accuracy") for k, v in holdout.get("per_repository", {}).items()},
+        "multiturn_holdout": report.get("multiturn_holdout", {}).get("pooled"),
+        "multiturn_dev": report.get("multiturn_dev", {}).get("multiturn"),
     }
 
 

@@ -3,12 +3,14 @@
 Pure functions over plain values (no grpc, no Redis, no engine), so every rule is a table test:
 
 1. **explicit**: the request forces a specialist.
-2. **session**: the session's last specialist keeps the conversation unless the new turn is
-   confidently another domain: the classifier's top specialist differs and has probability
-   >= `switch_threshold` (hysteresis), and the newest user turn has at least
-   `switch_min_words` words (a continuation such as "ok", "and then?" or "continue" carries no
-   domain, whatever the classifier says of it). While a tool loop is open (the last assistant
-   turn called tools and the new turn carries their results) the session never switches.
+2. **session**: while a tool loop is open (the last assistant turn called tools and the new
+   turn carries their results) the session never switches. Otherwise, when the classifier
+   weighed the session itself (`Classified.session_aware`: its learned conversation decision
+   saw the session's specialist, the earlier turns and the tools), its choice stands: a switch
+   when it names another specialist, else the session stays; no second threshold discounts it.
+   A classifier that did not see the session gets the older hysteresis: it switches only when
+   its top specialist differs with probability >= `switch_threshold` and the newest user turn
+   has at least `switch_min_words` words.
 3. **classifier**: its top specialist when its confidence is >= `judge_threshold`.
 4. **judge**: below that, the L0 chat adapter picks one of the four names on the engine
    (`decide` returns `Unsure`; the caller asks the judge and calls `after_judge`).
@@ -40,6 +42,7 @@ class Classified:
     probabilities: Mapping[str, float]
     confidence: float
     latency_ms: float = 0.0
+    session_aware: bool = False  # the classifier's answer already weighs the session's specialist
 
     def p(self, name: str) -> float:
         return float(self.probabilities.get(name, 0.0))
@@ -117,6 +120,14 @@ def decide(
         if classified is None:
             return Decision(stay, "session", 1.0, f"stays with {stay} (no classifier answer)", None)
         top = classified.specialist
+        if classified.session_aware and top in SPECIALISTS:
+            if top != stay:
+                return Decision(top, "classifier", _unit(classified.p(top)),
+                                f"switched from {stay}: the conversation decision chose {top} "
+                                f"p={classified.p(top):.2f}", classified)
+            return Decision(stay, "session", _unit(classified.p(stay)),
+                            f"stays with {stay}: the conversation decision agrees p={classified.p(stay):.2f}",
+                            classified)
         long_enough = new_turn_words is None or new_turn_words >= policy.switch_min_words
         if top != stay and classified.p(top) >= policy.switch_threshold and long_enough:
             return Decision(

@@ -135,7 +135,8 @@ def classified_from(result: Any) -> Classified:
     specialist = str(get("specialist", "") or (max(probs, key=probs.get) if probs else ""))
     confidence = get("confidence", None)
     confidence = float(confidence if confidence is not None else probs.get(specialist, 0.0))
-    return Classified(specialist, probs, confidence, float(get("latency_ms", 0.0) or 0.0))
+    return Classified(specialist, probs, confidence, float(get("latency_ms", 0.0) or 0.0),
+                      bool(get("session_aware", False)))
 
 
 class RoutingCore:
@@ -198,7 +199,7 @@ class RoutingCore:
 
     # ------------------------------------------------------------ deciding
 
-    async def classify(self, chat: ChatRequest) -> Classified | None:
+    async def classify(self, chat: ChatRequest, session: str | None = None) -> Classified | None:
         """The classifier's answer on the conversation; None when there is none or it fails.
 
         The fast path runs inline (well under a millisecond); when it is unsure and the classifier
@@ -215,13 +216,15 @@ class RoutingCore:
             for m in chat.messages
         ]
         tools = [t.openai_dict() for t in chat.tools] or None
+        # A classifier that weighs the session itself gets it (one learned decision, no router threshold).
+        extra: dict[str, Any] = {"session": session} if session and getattr(c, "accepts_session", False) else {}
         try:
             if getattr(c, "escalation_enabled", False):
-                fast = c.classify(messages=messages, tools=tools, escalate=False)  # type: ignore[call-arg]
+                fast = c.classify(messages=messages, tools=tools, escalate=False, **extra)  # type: ignore[call-arg]
                 if fast.confidence >= getattr(c, "threshold", 0.0):
                     return classified_from(fast)
-                return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools))
-            return classified_from(c.classify(messages=messages, tools=tools))
+                return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools, **extra))
+            return classified_from(c.classify(messages=messages, tools=tools, **extra))
         except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
             log.debug("not classifiable: %s", exc)
             return None
@@ -252,7 +255,7 @@ class RoutingCore:
         tool_loop = tool_loop_open(req.chat.messages)
         classified = None
         if not req.forced and not (session is not None and tool_loop):
-            classified = await self.classify(req.chat)
+            classified = await self.classify(req.chat, session.specialist if session is not None else None)
         outcome = decide(forced=req.forced, session=session, classified=classified, tool_loop=tool_loop,
                          policy=self.decision_policy, new_turn_words=newest_user_words(req.chat.messages))
         if isinstance(outcome, Unsure):

@@ -36,6 +36,16 @@ class Conversation:
     segments: tuple[Segment, ...]
     has_tools: bool = False
     has_tool_activity: bool = False
+    history: tuple[Segment, ...] = ()  # earlier turns, weights summing to 1 (newest first)
+    tool_loop_open: bool = False  # the newest messages are results of tools the last assistant turn called
+
+    @property
+    def last_text(self) -> str:
+        return self.segments[0].text
+
+    @property
+    def last_words(self) -> int:
+        return len(self.segments[0].text.split())
 
 
 def bound_text(text: str, max_chars: int) -> str:
@@ -131,6 +141,7 @@ def from_messages(
             break
     if not have_user:
         raise ClassificationInputError("messages hold no user turn with text; send the user's request")
+    loop_open = _tool_loop_open(messages)
     turns = recent[::-1]
     last_user = len(turns) - 1
     earlier = turns[:last_user]
@@ -142,4 +153,21 @@ def from_messages(
     share = last_turn_weight * min(1.0, len(last_text.split()) / SHORT_TURN_WORDS) if raw else 1.0
     segments = [Segment(last_text, share)]
     segments += [Segment(text, (1.0 - share) * w / total) for text, w in raw]
-    return Conversation(segments=tuple(segments), has_tools=bool(tools), has_tool_activity=tool_activity)
+    history = tuple(Segment(text, w / total) for text, w in raw) if raw else ()
+    return Conversation(segments=tuple(segments), has_tools=bool(tools), has_tool_activity=tool_activity,
+                        history=history, tool_loop_open=loop_open)
+
+
+def _tool_loop_open(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """True when the newest messages are tool results and the turn before them called tools."""
+    i = len(messages) - 1
+    if i < 0 or not _is_tool_result(messages[i]):
+        return False
+    while i >= 0 and _is_tool_result(messages[i]):
+        i -= 1
+    m = messages[i] if i >= 0 else None
+    return isinstance(m, Mapping) and m.get("role") == "assistant" and bool(m.get("tool_calls") or m.get("function_call"))
+
+
+def _is_tool_result(message: Any) -> bool:
+    return isinstance(message, Mapping) and (message.get("role") in ("tool", "function") or bool(message.get("tool_call_id")))

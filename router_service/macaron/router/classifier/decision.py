@@ -3,10 +3,14 @@
 Path of one decision:
 1. the request becomes weighted text segments plus tool signals (conversation.py);
 2. the fast model gives calibrated probabilities in tens to hundreds of microseconds;
-3. if its top probability is below the escalation threshold (chosen at training time on
-   source hold-out data, see train.py) and escalation is on, the MiniLM head decides
-   (its probabilities pooled with the fast model's by the trained weight);
-4. tool priors are added to the agent logit (declared tools, tool calls or results).
+3. a conversation (earlier turns, a session's current specialist, declared tools, tool
+   activity) goes through the learned conversation decision of turns.py, which weighs the last
+   turn, the history and stickiness in one place; a single request is the fast model's answer;
+4. if the top probability is below the escalation threshold (chosen at training time on
+   source hold-out data, see train.py) and escalation is on, the MiniLM head is asked for the
+   turns' probabilities (pooled with the fast model's by the trained weight) and step 3 is
+   repeated on them; concurrent escalations share one encoder call (escalation.py);
+5. an open tool loop in a session stays with the session's specialist, unscored.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation, from_messages, from_text
 from macaron.router.classifier.errors import ClassificationInputError
 from macaron.router.classifier.escalation import Embedder, EmbedderUnavailable, mix_embeddings
-from macaron.router.classifier.model import AGENT, SHIPPED_ARTIFACT, Artifact, combine, softmax
+from macaron.router.classifier.model import SHIPPED_ARTIFACT, Artifact, combine, softmax
 from macaron.router.classifier.settings import ClassifierSettings
+from macaron.router.classifier.turns import TurnInputs, may_escalate, refers_back
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +41,13 @@ class RouteDecision:
     confidence: float
     escalated: bool
     latency_ms: float
+    session_aware: bool = False  # the session's specialist was weighed (the router adds no threshold)
 
 
 class SpecialistClassifier:
     """Thread-safe classifier over a trained artifact; build it with `SpecialistClassifier.load`."""
+
+    accepts_session = True  # classify(..., session=) weighs the session's specialist itself
 
     def __init__(self, artifact: Artifact, settings: ClassifierSettings | None = None) -> None:
         self.settings = settings or ClassifierSettings()
@@ -52,7 +60,6 @@ class SpecialistClassifier:
         )
         self._embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
-        self._agent_index = self.labels.index("agent") if "agent" in self.labels else AGENT
         if self.settings.preload_embedder and self.escalation_enabled:
             self.embedder.start_loading()
 
@@ -71,7 +78,11 @@ class SpecialistClassifier:
     def embedder(self) -> Embedder:
         with self._embedder_lock:
             if self._embedder is None:
-                self._embedder = Embedder(threads=self.settings.embedder_threads)
+                self._embedder = Embedder(
+                    threads=self.settings.embedder_threads,
+                    window_s=self.settings.embed_batch_window_ms / 1000.0,
+                    max_batch=self.settings.embed_max_batch,
+                )
             return self._embedder
 
     def conversation(
@@ -89,23 +100,49 @@ class SpecialistClassifier:
             conversation = Conversation(conversation.segments, has_tools=True)
         return conversation
 
-    def _priors(self, conversation: Conversation) -> np.ndarray:
-        prior = np.zeros(len(self.labels))
-        if conversation.has_tools:
-            prior[self._agent_index] += self.settings.tools_agent_bias
-        if conversation.has_tool_activity:
-            prior[self._agent_index] += self.settings.tool_results_agent_bias
-        return prior
+    def _last_and_history_fast(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
+        fast = self.artifact.fast
+        last = (fast.raw_text_logits(conversation.last_text) + fast.bias) / fast.temperature
+        if not conversation.history:
+            return softmax(last), None
+        mixed = sum(seg.weight * fast.raw_text_logits(seg.text) for seg in conversation.history)
+        return softmax(last), softmax((mixed + fast.bias) / fast.temperature)
+
+    def _last_and_history_embedded(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
+        head = self.artifact.embedding
+        assert head is not None
+        texts = [conversation.last_text] + [seg.text for seg in conversation.history]
+        logits = head.logits(self.embedder.encode_batched(texts))
+        if not conversation.history:
+            return softmax(logits[0]), None
+        weights = np.array([seg.weight for seg in conversation.history])
+        return softmax(logits[0]), softmax(weights @ logits[1:])
+
+    @staticmethod
+    def _turn_inputs(conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
+                     session: int | None) -> TurnInputs:
+        return TurnInputs(
+            p_last=p_last, p_history=p_history, session=session, last_words=conversation.last_words,
+            has_tools=conversation.has_tools, tool_activity=conversation.has_tool_activity,
+            refers_back=refers_back(conversation.last_text),
+        )
 
     def fast_probabilities(self, conversation: Conversation) -> np.ndarray:
-        return softmax(self.artifact.fast.logits(conversation) + self._priors(conversation))
+        """The fast model's probabilities of a single request (or a conversation's mixed turns)."""
+        return softmax(self.artifact.fast.logits(conversation))
 
     def embedding_probabilities(self, conversation: Conversation) -> np.ndarray:
         head = self.artifact.embedding
         assert head is not None
-        vectors = self.embedder.encode([seg.text for seg in conversation.segments])
+        vectors = self.embedder.encode_batched([seg.text for seg in conversation.segments])
         mixed = mix_embeddings(vectors, [seg.weight for seg in conversation.segments])
-        return softmax(head.logits(mixed) + self._priors(conversation))
+        return softmax(head.logits(mixed))
+
+    def _may_escalate(self, escalate: bool | None) -> bool:
+        if not (self.escalation_enabled if escalate is None else (escalate and self.escalation_enabled)):
+            return False
+        embedder = self.embedder
+        return embedder.ready or embedder.wait(self.settings.wait_for_embedder_s)
 
     def classify(
         self,
@@ -113,21 +150,45 @@ class SpecialistClassifier:
         *,
         messages: Sequence[Mapping[str, Any]] | None = None,
         tools: Sequence[Any] | None = None,
+        session: str | None = None,
         escalate: bool | None = None,
     ) -> RouteDecision:
         """Decides the specialist for one request (`text`, or OpenAI-style `messages` and `tools`).
 
-        Raises ClassificationInputError for input that cannot be classified (empty, not UTF-8,
-        no user turn). `escalate=False` forces the fast path for this call.
+        `session` is the specialist serving the conversation so far (None: no session): the
+        decision then weighs staying against switching itself. Raises ClassificationInputError
+        for input that cannot be classified (empty, not UTF-8, no user turn, unknown session
+        specialist). `escalate=False` forces the fast path for this call.
         """
         start = time.perf_counter()
         conversation = self.conversation(text, messages=messages, tools=tools)
-        probs = self.fast_probabilities(conversation)
+        session_index = self._session_index(session)
         escalated = False
-        may_escalate = self.escalation_enabled if escalate is None else (escalate and self.escalation_enabled)
-        if may_escalate and probs.max() < self.threshold:
-            embedder = self.embedder
-            if embedder.ready or embedder.wait(self.settings.wait_for_embedder_s):
+        if session_index is not None and conversation.tool_loop_open:
+            probs = np.zeros(len(self.labels))
+            probs[session_index] = 1.0
+        elif self.artifact.turn is not None and (
+            conversation.history or session_index is not None or conversation.has_tools
+            or conversation.has_tool_activity
+        ):
+            p_last, p_hist = self._last_and_history_fast(conversation)
+            inputs = self._turn_inputs(conversation, p_last, p_hist, session_index)
+            probs = self.artifact.turn.probabilities(inputs)
+            if probs.max() < self.threshold and may_escalate(inputs) and self._may_escalate(escalate):
+                try:
+                    e_last, e_hist = self._last_and_history_embedded(conversation)
+                except EmbedderUnavailable:
+                    e_last = None
+                if e_last is not None:
+                    alpha = self.artifact.fast_weight_when_escalated
+                    p_last = combine(p_last, e_last, alpha)
+                    p_hist = None if p_hist is None or e_hist is None else combine(p_hist, e_hist, alpha)
+                    probs = self.artifact.turn.probabilities(
+                        self._turn_inputs(conversation, p_last, p_hist, session_index), escalated=True)
+                    escalated = True
+        else:
+            probs = self.fast_probabilities(conversation)
+            if probs.max() < self.threshold and self._may_escalate(escalate):
                 try:
                     p_embed = self.embedding_probabilities(conversation)
                 except EmbedderUnavailable:
@@ -142,4 +203,14 @@ class SpecialistClassifier:
             confidence=float(probs[best]),
             escalated=escalated,
             latency_ms=(time.perf_counter() - start) * 1000.0,
+            session_aware=session_index is not None and (self.artifact.turn is not None or conversation.tool_loop_open),
         )
+
+    def _session_index(self, session: Any) -> int | None:
+        if session is None or session == "":
+            return None
+        if session not in self.labels:
+            raise ClassificationInputError(
+                f"session specialist {session!r} is not one of {', '.join(self.labels)}; send one of them or none"
+            )
+        return self.labels.index(session)

@@ -1,5 +1,6 @@
 """`macaron router eval`: accuracy, macro-F1, per-class precision/recall, confusion matrix,
-escalation rate and latency of a trained classifier on a JSONL file.
+escalation rate and latency of a trained classifier on a JSONL file; on multi-turn lines
+(`session`, `kind`) also the accuracy per kind and the switches inside tool loops.
 
 Latency is measured per request on the calling thread: `fast` times the fast path alone
 (escalation off) the first time it sees the request, with the word cache cold but for a
@@ -23,9 +24,10 @@ from macaron.router.classifier.train import expected_calibration_error
 
 
 def _classify(classifier: SpecialistClassifier, example: Example, escalate: bool | None):
+    session = example.extra.get("session")
     if example.text is not None:
-        return classifier.classify(example.text, tools=example.tools, escalate=escalate)
-    return classifier.classify(messages=example.messages, tools=example.tools, escalate=escalate)
+        return classifier.classify(example.text, tools=example.tools, session=session, escalate=escalate)
+    return classifier.classify(messages=example.messages, tools=example.tools, session=session, escalate=escalate)
 
 
 def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, warmup: int = 20) -> dict[str, Any]:
@@ -68,6 +70,13 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
         escalated += decision.escalated
     yt, yp = np.array(y_true), np.array(y_pred)
     result = classification_metrics(yt, yp, labels)
+    kinds = [str(e.extra.get("kind", "")) for e in examples]
+    if any(kinds):  # multi-turn lines: accuracy per kind (stay / continue / switch / tool_loop)
+        from macaron.router.classifier.turn_training import kind_metrics
+
+        sessions = [labels.index(s) if (s := e.extra.get("session")) in labels else None for e in examples]
+        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions)
+        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions)
     result.update(
         invalid_inputs=invalid,
         fast_path_accuracy=round(float((np.array(fast_pred) == yt).mean()), 4) if len(yt) else 0.0,

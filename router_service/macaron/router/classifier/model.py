@@ -19,9 +19,11 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
+from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
 
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 2
+READABLE_FORMATS = (1, 2)  # format 1 has no conversation model: multi-turn falls back to mixing
 ARTIFACT_NAME = "specialist_classifier.joblib"
 SHIPPED_ARTIFACT = Path(__file__).resolve().parent / ARTIFACT_NAME
 AGENT = LABELS.index("agent")
@@ -86,6 +88,7 @@ class Artifact:
     escalation_threshold: float
     fast_weight_when_escalated: float
     report: dict[str, Any]
+    turn: TurnModel | None = None
 
     def to_payload(self) -> dict[str, Any]:
         vec = self.fast.vectorizer
@@ -104,6 +107,8 @@ class Artifact:
             "escalation_threshold": float(self.escalation_threshold),
             "fast_weight_when_escalated": float(self.fast_weight_when_escalated),
             "report": self.report,
+            "turn": None if self.turn is None else {
+                "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64)},
         }
         if self.embedding is not None:
             payload["embedding"] = {
@@ -116,7 +121,7 @@ class Artifact:
 
     @classmethod
     def from_payload(cls, payload: Any) -> "Artifact":
-        if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
+        if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
             found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
             raise ArtifactError(
                 f"classifier artifact has format {found!r}, this code reads format {ARTIFACT_FORMAT}; "
@@ -147,7 +152,15 @@ class Artifact:
             if emb
             else None
         )
+        turn_payload = payload.get("turn")
+        turn = None
+        if turn_payload:
+            if list(turn_payload["features"]) != list(TURN_FEATURES) or list(turn_payload.get("stages", [])) != list(TURN_STAGES):
+                raise ArtifactError("classifier artifact's conversation model has other features than this code; "
+                                    "rebuild it with `macaron router train`")
+            turn = TurnModel(theta=np.asarray(turn_payload["theta"], dtype=np.float64))
         return cls(
+            turn=turn,
             labels=tuple(payload["labels"]),
             fast=fast,
             embedding=embedding,

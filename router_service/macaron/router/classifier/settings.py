@@ -52,19 +52,19 @@ class ClassifierSettings(BaseModel):
         0.7,
         gt=0.0,
         le=1.0,
-        description="Share of the decision given to the last user turn; the rest goes to earlier turns "
-        "(halving with each step back) and to tool results.",
+        description="Share of the decision given to the last user turn when the artifact has no learned "
+        "conversation model (format 1); the rest goes to earlier turns, halving with each step back.",
     )
-    tools_agent_bias: float = Field(
-        1.5,
+    embed_batch_window_ms: float = Field(
+        2.0,
         ge=0.0,
-        description="Added to the agent logit when the request declares tools (a prior, not learned: "
-        "the training data carries no tool declarations).",
+        le=100.0,
+        description="Micro-batching of escalations: after the first unsure request arrives, the embedding "
+        "worker waits this long for others and encodes them all in one call (more throughput under "
+        "concurrency, at most this much added latency).",
     )
-    tool_results_agent_bias: float = Field(
-        1.0,
-        ge=0.0,
-        description="Added to the agent logit when the conversation holds tool calls or tool results.",
+    embed_max_batch: int = Field(
+        64, ge=1, description="Most texts in one micro-batched encoder call."
     )
     embedder_threads: int | None = Field(
         None,

@@ -7,8 +7,11 @@
    repositories and predict the held-out one. Those predictions fit each model's temperature
    (calibration for unseen sources), choose how the two models are pooled when escalating, and
    choose the escalation threshold: the one maximising hold-out accuracy minus
-   `escalation_cost` times the escalation rate.
+   `escalation_cost` times the escalation rate, among those escalating at most
+   `max_escalation_rate` of the hold-out requests.
 4. Final models on all of train; dev is reported, never used to choose anything.
+5. The conversation decision (turns.py) on `multiturn_train.jsonl`, its inputs taken from the
+   hold-out predictions of step 3 (turn_training.py), with its own hold-out by source repository.
 
 Seeds are fixed and every step is deterministic (sorted vocabularies, lbfgs), so the same data
 gives the same artifact.
@@ -47,8 +50,10 @@ class TrainConfig:
     escalation: bool = True
     holdout: bool = True
     escalation_cost: float = 0.05
-    thresholds: tuple[float, ...] = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+    max_escalation_rate: float = 0.30  # on source hold-out: the embedding model is the expensive path
+    thresholds: tuple[float, ...] = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
     fast_weights: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+    multiturn: bool = True
 
 
 def example_conversation(example: Example, max_chars: int) -> Conversation:
@@ -146,7 +151,8 @@ def choose_escalation(
         curve.append(
             {"threshold": threshold, "escalation_rate": float(escalate.mean()), "accuracy": mean_accuracy(pred)}
         )
-    best = max(curve, key=lambda c: (c["accuracy"] - config.escalation_cost * c["escalation_rate"], -c["threshold"]))
+    allowed = [c for c in curve if c["escalation_rate"] <= config.max_escalation_rate] or curve[:1]
+    best = max(allowed, key=lambda c: (c["accuracy"] - config.escalation_cost * c["escalation_rate"], -c["threshold"]))
     return float(best["threshold"]), float(best_alpha), curve
 
 
@@ -156,13 +162,15 @@ def train(
     *,
     embed: Callable[[Sequence[str]], np.ndarray] | None = None,
     train_examples: Sequence[Example] | None = None,
+    multiturn_examples: Sequence[Example] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Artifact:
     """Trains both models and chooses calibration and escalation on source hold-out.
 
     `embed` maps texts to sentence embeddings (default: MiniLM through the cache in
     embeddings_cache.py); with `config.escalation` false no embedding model is trained.
-    `train_examples` replaces train.jsonl (tests train on subsets). dev is never read here.
+    `train_examples` replaces train.jsonl and `multiturn_examples` multiturn_train.jsonl (tests
+    train on subsets). dev is never read here.
     Without hold-out, nothing is calibrated and the escalation knobs keep untuned defaults
     (threshold 0.7, equal pooling).
     """
@@ -175,6 +183,8 @@ def train(
     if train_examples is None:
         folder = find_data_dir(data_dir)
         train_examples = load_jsonl(folder / "train.jsonl")
+        if multiturn_examples is None and config.multiturn and (folder / "multiturn_train.jsonl").is_file():
+            multiturn_examples = load_jsonl(folder / "multiturn_train.jsonl")
         data_info = {
             "train_sha256": file_sha256(folder / "train.jsonl"),
             "dev_sha256": file_sha256(folder / "dev.jsonl"),
@@ -195,6 +205,7 @@ def train(
 
     report: dict[str, Any] = {"config": asdict(config), "data": data_info, "n_train": len(texts)}
     fast_t, embed_t, threshold, alpha = 1.0, 1.0, 0.7, 0.5
+    oof = None
     if config.holdout:
         say("source hold-out: one fit per held-out repository")
         oof = holdout.out_of_fold(bags, vectors, y, repos, config, progress=say)
@@ -236,5 +247,57 @@ def train(
         fast_weight_when_escalated=alpha,
         report=report,
     )
+    if config.multiturn and multiturn_examples:
+        say(f"conversation decision on {len(multiturn_examples)} multi-turn conversations")
+        artifact.turn, report["multiturn_holdout"] = _train_turns(
+            multiturn_examples, texts, oof, fast, head, embed, config,
+            fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
+        )
+        report["turn_weights"] = artifact.turn.weights()
     report["train_seconds"] = round(time.time() - started, 1)
     return artifact
+
+
+def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say):
+    """The conversation model and its hold-out report (see turn_training.py)."""
+    from macaron.router.classifier import turn_training
+
+    data = turn_data(multiturn, texts, oof, fast, head, embed, config,
+                     fast_t=fast_t, embed_t=embed_t, threshold=threshold, alpha=alpha)
+    say("  conversation decision: hold-out by source repository of the new turn")
+    report = turn_training.holdout(data)
+    return turn_training.fit(data), report
+
+
+def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha):
+    """The conversation model's inputs: hold-out logits for training rows, final models' otherwise."""
+    from macaron.router.classifier import turn_training
+
+    row_of = {t: i for i, t in enumerate(texts)}
+
+    def logits_of(wanted: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        known = [t in row_of and oof is not None for t in wanted]
+        new = [t for t, k in zip(wanted, known) if not k]
+        f = np.zeros((len(wanted), len(LABELS)))
+        e = np.zeros((len(wanted), len(LABELS))) if head is not None else None
+        new_f = fast_logits(fast, [analyze(t) for t in new]) if new else np.zeros((0, len(LABELS)))
+        new_e = None
+        if head is not None and new:
+            new_e = np.asarray(embed(new)) @ head.weights + head.bias
+        j = 0
+        for i, (t, k) in enumerate(zip(wanted, known)):
+            if k:
+                f[i] = oof.fast_logits[row_of[t]]
+                if e is not None and oof.embed_logits is not None:
+                    e[i] = oof.embed_logits[row_of[t]]
+            else:
+                f[i] = new_f[j]
+                if e is not None and new_e is not None:
+                    e[i] = new_e[j]
+                j += 1
+        return f, e
+
+    return turn_training.build_turn_data(
+        multiturn, lambda ex: example_conversation(ex, config.max_chars), logits_of,
+        fast_t=fast_t, embed_t=embed_t, threshold=threshold if head is not None else 0.0, alpha=alpha,
+    )

@@ -1,0 +1,170 @@
+"""Multi-turn routing data: conversations of three kinds, built from the single-turn data.
+
+A line is `{"messages", "label", "session", "kind", "source", "license"[, "tools"]}`:
+`session` is the specialist that served the conversation so far (None: no session), `label`
+the one that should serve the new turn. Kinds:
+
+- `stay`: the new turn is a follow-up that carries no domain of its own ("make it shorter",
+  MT-Bench's second turns, BFCL's later turns): label = the conversation's specialist;
+- `continue`: the new turn is a full request of the same domain: label = the same specialist;
+- `switch`: the new turn is a full request of another domain: label = that domain;
+- `tool_loop`: the new turn carries results of tools the assistant called: label = the session's
+  specialist, whatever the results read like (the router never switches there).
+
+Requests come from `train.jsonl`/`dev.jsonl` (each split builds from its own rows, so the multi-turn
+dev set shares no text with training); real follow-ups from `conversations.jsonl` (public
+multi-turn sources, each line with its split, source and license) and a short list of generic
+continuations written for this project. `python -m macaron.router.classifier.multiturn_data`
+rewrites `multiturn_train.jsonl` and `multiturn_dev.jsonl` (fixed seed).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from macaron.router.classifier.data import LABELS, SHIPPED_DATA_DIR, Example, load_jsonl
+
+KINDS = ("stay", "continue", "switch", "tool_loop")
+WRITTEN_SOURCE = "macaron:written-followups"
+# Continuations that name no domain, written for this project (half train, half dev).
+WRITTEN_FOLLOWUPS = (
+    "make it shorter", "continue", "go on", "can you explain that in more detail?", "try again",
+    "that didn't work", "why?", "thanks! one more thing: make it a bit more polished", "and the second one?",
+    "do the same for the other case", "perfect, now undo the last change", "can you simplify it?",
+    "ok, what next?", "hmm, are you sure?", "please redo it with fewer steps", "nice. now add a short summary at the end",
+    "what about the edge cases?", "yes, do that", "no, I meant the previous version", "shorter please",
+    "keep going", "again but more formal", "could you double-check that?", "looks good, finish it",
+    "can you break that down step by step?", "and if I change it to 10?", "use the other option instead",
+    "that's wrong, fix it", "more detail on the last part please", "ok", "great, now make it nicer",
+    "explain the first point again", "can you give me an alternative?", "do it", "rewrite it in a friendlier tone",
+    "what does that mean?", "now apply it to the rest", "same thing but shorter", "go ahead", "one more time please",
+)
+TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive")
+
+
+def _has_tools(source: str) -> bool:
+    return any(source.startswith(prefix) for prefix in TOOL_SOURCES)
+
+
+def _tools(names: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+            for n in names]
+
+
+def _history(rows: Sequence[Example]) -> list[dict[str, Any]]:
+    """User turns of earlier requests, each answered by an (empty) assistant turn."""
+    messages: list[dict[str, Any]] = []
+    for row in rows:
+        messages.append({"role": "user", "content": row.text})
+        messages.append({"role": "assistant", "content": ""})
+    return messages
+
+
+def _line(messages, label, session, kind, source, license_, tools=False) -> dict[str, Any]:
+    line = {"messages": messages, "label": label, "session": session, "kind": kind, "source": source,
+            "license": license_}
+    if tools:
+        line["tools"] = _tools(["lookup"])
+    return line
+
+
+def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], written: Sequence[str],
+          *, seed: int, n_switch: int, n_continue: int, n_stay: int, n_tool: int,
+          no_session_share: float = 0.2, tools_share: float = 0.3) -> list[dict[str, Any]]:
+    """Conversations of the four kinds (see the module docstring), deterministic for one seed."""
+    rng = random.Random(seed)
+    rows = [e for e in examples if e.text]
+    by_label: dict[str, list[Example]] = defaultdict(list)
+    for e in rows:
+        by_label[e.label].append(e)
+
+    def history(label: str) -> list[Example]:
+        return rng.sample(by_label[label], rng.choice((1, 1, 2, 3)))
+
+    def session_for(label: str) -> str | None:
+        return None if rng.random() < no_session_share else label
+
+    def client_tools(*rows: Example) -> bool:
+        # A client declares tools for the whole conversation: always when a turn comes from a
+        # tool-calling source, and for a share of the others (IDE agents and assistants declare
+        # tools whatever the user asks), so declared tools are evidence, not a verdict.
+        return any(_has_tools(e.source) for e in rows) or rng.random() < tools_share
+
+    out: list[dict[str, Any]] = []
+    for _ in range(n_switch):
+        a, b = rng.sample(LABELS, 2)
+        hist, last = history(a), rng.choice(by_label[b])
+        tools = client_tools(*hist, last)
+        messages = _history(hist) + [{"role": "user", "content": last.text}]
+        out.append(_line(messages, b, session_for(a), "switch", last.source, last.extra.get("license", ""), tools))
+    for _ in range(n_continue):
+        a = rng.choice(LABELS)
+        hist, last = history(a), rng.choice(by_label[a])
+        tools = client_tools(*hist, last)
+        messages = _history(hist) + [{"role": "user", "content": last.text}]
+        out.append(_line(messages, a, session_for(a), "continue", last.source, last.extra.get("license", ""), tools))
+    for _ in range(n_stay):
+        a = rng.choice(LABELS)
+        hist = history(a)
+        tools = client_tools(*hist)
+        messages = _history(hist) + [{"role": "user", "content": rng.choice(written)}]
+        out.append(_line(messages, a, session_for(a), "stay", WRITTEN_SOURCE, "written for this project", tools))
+    for conv in conversations:  # real follow-ups: every later user turn of a public conversation
+        turns = conv["conversation"]
+        user_at = [i for i, m in enumerate(turns) if m["role"] == "user"]
+        for k in user_at[1:]:
+            messages = [_message(m) for m in turns[: k + 1]]
+            out.append(_line(messages, conv["label"], session_for(conv["label"]), "stay", conv["source"],
+                             conv["license"], bool(conv.get("tools"))))
+        for k, m in enumerate(turns):  # a tool result the assistant asked for: the loop is open
+            if m["role"] == "tool" and k > 0 and turns[k - 1]["role"] == "tool_call":
+                messages = [_message(x) for x in turns[: k + 1]]
+                out.append(_line(messages, conv["label"], conv["label"], "tool_loop", conv["source"],
+                                 conv["license"], True))
+    for i in range(n_tool):
+        a = rng.choice(LABELS)
+        hist, result = history(a), rng.choice(rows)  # the result may read like any domain
+        messages = _history(hist)[:-1] + [
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"call_{i}", "type": "function", "function": {"name": "run", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": result.text},
+        ]
+        out.append(_line(messages, a, a, "tool_loop", result.source, result.extra.get("license", ""), True))
+    rng.shuffle(out)
+    return out
+
+
+def _message(m: dict[str, Any], call_id: str = "call_0") -> dict[str, Any]:
+    if m["role"] == "tool_call":
+        try:
+            call = json.loads(m["content"])
+        except json.JSONDecodeError:
+            call = {"name": "call", "arguments": {}}
+        return {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": str(call.get("name", "call")), "arguments": json.dumps(call.get("arguments", {}))}}]}
+    if m["role"] == "tool":
+        return {"role": "tool", "tool_call_id": call_id, "content": m["content"]}
+    return {"role": m["role"], "content": m["content"]}
+
+
+def write(folder: Path = SHIPPED_DATA_DIR) -> dict[str, int]:
+    conversations = [json.loads(line) for line in (folder / "conversations.jsonl").open(encoding="utf-8")]
+    counts = {}
+    for split, sizes, seed in (("train", (1600, 600, 500, 300), 0), ("dev", (400, 150, 150, 100), 1)):
+        written = WRITTEN_FOLLOWUPS[0::2] if split == "train" else WRITTEN_FOLLOWUPS[1::2]
+        lines = build(load_jsonl(folder / f"{split}.jsonl"), [c for c in conversations if c["split"] == split],
+                      written, seed=seed, n_switch=sizes[0], n_continue=sizes[1], n_stay=sizes[2], n_tool=sizes[3])
+        with (folder / f"multiturn_{split}.jsonl").open("w", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+        counts[split] = len(lines)
+    return counts
+
+
+if __name__ == "__main__":
+    print(write())

@@ -1,0 +1,165 @@
+"""Fitting and measuring the conversation decision (turns.py) on multi-turn data.
+
+Inputs of the conversation model are the calibrated probabilities of the last turn and of the
+earlier turns. For turns that are training rows they come from the source hold-out models (a
+model that never saw the row's repository), so the conversation model learns how far to trust
+turn probabilities on unseen traffic; other texts (follow-ups, tool results) get the final models'.
+Every conversation is seen twice: with fast-path probabilities and with the escalated ones
+(pooled where the fast path is unsure), because the classifier asks the conversation model at
+both stages; each stage has its own weights (the embedding model errs differently, e.g. it is
+confident about generic follow-ups). Kinds weigh the same. Hold-out: the conversation model is fitted without each
+source repository of the new turn in turn, and the kinds' accuracies are reported per repository.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from macaron.router.classifier.data import LABELS, Example
+from macaron.router.classifier.model import combine, softmax
+from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, may_escalate, refers_back, stack
+
+KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
+
+
+@dataclass
+class TurnData:
+    """The conversation model's inputs for every multi-turn line (fast and escalated versions)."""
+
+    fast: list[TurnInputs]
+    escalated: list[TurnInputs]
+    y: np.ndarray
+    kinds: list[str]
+    groups: np.ndarray
+    rule_session: list[int | None]  # session index where an open tool loop decides by rule, else None
+    threshold: float = 0.0  # escalation threshold: below it the escalated stage decides
+
+
+def build_turn_data(
+    examples: Sequence[Example],
+    conversation_of: Callable[[Example], Any],
+    logits_of: Callable[[list[str]], tuple[np.ndarray, np.ndarray | None]],
+    *,
+    fast_t: float,
+    embed_t: float,
+    threshold: float,
+    alpha: float,
+) -> TurnData:
+    """`logits_of(texts)` gives uncalibrated (fast, embedding-or-None) logits of texts."""
+    conversations = [conversation_of(e) for e in examples]
+    texts = sorted({seg.text for c in conversations for seg in (c.segments[:1] + c.history)})
+    index = {t: i for i, t in enumerate(texts)}
+    fast_logits, embed_logits = logits_of(texts)
+    fast_inputs: list[TurnInputs] = []
+    esc_inputs: list[TurnInputs] = []
+    rule: list[int | None] = []
+    for example, conv in zip(examples, conversations):
+        session = example.extra.get("session")
+        s = LABELS.index(session) if session in LABELS else None
+        rule.append(s if (s is not None and conv.tool_loop_open) else None)
+        last = index[conv.last_text]
+        hist_rows = [index[seg.text] for seg in conv.history]
+        hist_w = np.array([seg.weight for seg in conv.history])
+
+        def probs(logits: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray | None]:
+            p_last = softmax(logits[last] / t)
+            p_hist = softmax(hist_w @ logits[hist_rows] / t) if hist_rows else None
+            return p_last, p_hist
+
+        f_last, f_hist = probs(fast_logits, fast_t)
+        common = dict(session=s, last_words=conv.last_words, has_tools=conv.has_tools,
+                      tool_activity=conv.has_tool_activity, refers_back=refers_back(conv.last_text))
+        fast_inputs.append(TurnInputs(p_last=f_last, p_history=f_hist, **common))
+        if embed_logits is not None:
+            e_last, e_hist = probs(embed_logits, embed_t)
+            m_last = combine(f_last, e_last, alpha) if f_last.max() < threshold else f_last
+            m_hist = None
+            if f_hist is not None and e_hist is not None:
+                m_hist = combine(f_hist, e_hist, alpha) if f_hist.max() < threshold else f_hist
+            esc_inputs.append(TurnInputs(p_last=m_last, p_history=m_hist, **common))
+        else:
+            esc_inputs.append(fast_inputs[-1])
+    return TurnData(
+        fast=fast_inputs,
+        escalated=esc_inputs,
+        y=np.array([LABELS.index(e.label) for e in examples]),
+        kinds=[str(e.extra.get("kind", "")) for e in examples],
+        groups=np.array([e.repository for e in examples]),
+        rule_session=rule,
+        threshold=threshold if embed_logits is not None else 0.0,
+    )
+
+
+def _fit(data: TurnData, rows: np.ndarray) -> TurnModel:
+    rows = np.array([r for r in rows if data.rule_session[r] is None])
+    kinds = np.array(data.kinds)[rows]
+    counts = defaultdict(int)
+    for k in kinds:
+        counts[k] += 1
+    w = np.array([1.0 / counts[k] for k in kinds])
+    y = data.y[rows]
+    return TurnModel(theta=np.stack([
+        fit_stage(stack([data.fast[r] for r in rows]), y, w),
+        fit_stage(stack([data.escalated[r] for r in rows]), y, w),
+    ]))
+
+
+def fit(data: TurnData) -> TurnModel:
+    return _fit(data, np.arange(len(data.y)))
+
+
+def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted label indices and whether each escalated, as the classifier decides: the fast
+    stage, then the escalated stage when unsure (an open tool loop with a session stays)."""
+    out, escalated = [], []
+    for r in rows:
+        rule = data.rule_session[r]
+        if rule is not None:
+            out.append(rule)
+            escalated.append(False)
+            continue
+        p = model.probabilities(data.fast[r])
+        unsure = bool(p.max() < data.threshold) and may_escalate(data.fast[r])
+        if unsure:
+            p = model.probabilities(data.escalated[r], escalated=True)
+        out.append(int(p.argmax()))
+        escalated.append(unsure)
+    return np.array(out, dtype=int), np.array(escalated, dtype=bool)
+
+
+def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions: Sequence[int | None]) -> dict[str, Any]:
+    """Accuracy per kind, and how many tool-loop turns switched away from the session."""
+    kinds_arr = np.array(kinds)
+    out: dict[str, Any] = {}
+    for kind in KIND_NAMES:
+        m = kinds_arr == kind
+        if m.any():
+            out[kind] = round(float((pred[m] == y[m]).mean()), 4)
+            out[f"{kind}_n"] = int(m.sum())
+    loop = [i for i, k in enumerate(kinds) if k == "tool_loop" and sessions[i] is not None]
+    out["tool_loop_switches"] = int(sum(pred[i] != sessions[i] for i in loop))
+    return out
+
+
+def holdout(data: TurnData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Kinds' accuracy with the conversation model fitted without each repository of the new turn."""
+    pred = np.zeros(len(data.y), dtype=int)
+    escalated = np.zeros(len(data.y), dtype=bool)
+    names = sorted(set(data.groups))
+    for name in names:
+        held = np.where(data.groups == name)[0]
+        model = _fit(data, np.where(data.groups != name)[0])
+        pred[held], escalated[held] = predict(model, data, held)
+    sessions = [i.session for i in data.fast]
+    per_repo = {}
+    for name in names:
+        m = np.where(data.groups == name)[0]
+        per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m])
+    pooled = kind_metrics(data.y, pred, data.kinds, sessions)
+    pooled["escalation_rate"] = round(float(escalated.mean()), 4)
+    return {"pooled": pooled, "per_repository": per_repo}

@@ -1,0 +1,144 @@
+"""The conversation decision: one learned model over a conversation's features.
+
+For every candidate specialist k the model scores
+    θ · φ_k(last turn, earlier turns, session, tools)
+and a softmax over the four gives the decision. φ_k holds the calibrated log-probability of k
+for the last user turn alone and for the earlier turns (mixed), both also scaled by how short the
+last turn is (a three-word follow-up says little), whether k is the session's current specialist
+(alone, scaled by shortness and by how unsure the last turn is), declared tools and tool activity
+for `agent`, and a bias per specialist. The weights are fitted on multi-turn conversations of the
+kinds stay / continue / switch / tool loop (multiturn_data.py), so stickiness, the weight of history
+and the pull of declared tools are learned from data instead of hand-set, and they are applied
+once, here (the router adds no threshold of its own).
+
+A tool loop that is open in a conversation with a session is not scored: it stays with the
+session's specialist (a hard rule; the results of a tool say nothing about the next specialist).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from macaron.router.classifier.data import LABELS
+
+SHORT_TURN_WORDS = 8
+# Words by which a turn points back at the conversation ("make it shorter", "rewrite your previous
+# response", "do the same for that one"); how much they count is learned.
+REFERRING_WORDS = frozenset(
+    "it its that this those these them they previous above earlier again same instead rest other "
+    "your yours before last more shorter longer simpler".split()
+)
+FEATURES = (
+    "log_p_last", "log_p_history", "short_x_log_p_history", "short_x_log_p_last",
+    "is_session", "short_x_is_session", "unsure_last_x_is_session",
+    "tools_declared_x_agent", "tool_activity_x_agent",
+    "refers_back_x_is_session", "refers_back_x_log_p_last", "refers_back_x_log_p_history",
+) + tuple(f"bias_{label}" for label in LABELS)
+N_BIAS = 9 + 3
+STAGES = ("fast", "escalated")  # one weight vector per stage: the embedding model errs differently
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInputs:
+    """What the conversation decision reads (probabilities are calibrated, over LABELS)."""
+
+    p_last: np.ndarray
+    p_history: np.ndarray | None
+    session: int | None  # index into LABELS
+    last_words: int
+    has_tools: bool = False
+    tool_activity: bool = False
+    refers_back: float = 0.0
+
+
+def refers_back(text: str) -> float:
+    """How much a turn reads as pointing back: referring words, fading out for long turns (0..1)."""
+    words = [w.strip(".,!?;:'\"()").lower() for w in text.split()]
+    cues = sum(w in REFERRING_WORDS for w in words)
+    return min(1.0, cues / 2.0) * max(0.0, 1.0 - len(words) / 25.0)
+
+def may_escalate(inputs: TurnInputs) -> bool:
+    """Whether an unsure conversation decision may ask the embedding model. Not for a short turn
+    in a session: a few words carry little domain, and MiniLM is confidently wrong on them ("Turn 1,
+    go on" reads as agent), so the fast stage's weighing of session and history decides."""
+    return inputs.session is None or inputs.last_words >= SHORT_TURN_WORDS
+
+
+def shortness(words: int) -> float:
+    return max(0.0, 1.0 - words / SHORT_TURN_WORDS)
+
+
+def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np.ndarray:
+    """(n_labels, n_features): φ_k for every candidate k."""
+    n = len(inputs.p_last)
+    phi = np.zeros((n, len(FEATURES)))
+    short = shortness(inputs.last_words)
+    log_last = np.log(np.clip(inputs.p_last, 1e-6, 1.0))
+    phi[:, 0] = log_last
+    phi[:, 3] = short * log_last
+    if inputs.p_history is not None:
+        log_hist = np.log(np.clip(inputs.p_history, 1e-6, 1.0))
+        phi[:, 1] = log_hist
+        phi[:, 2] = short * log_hist
+    if inputs.session is not None:
+        s = inputs.session
+        phi[s, 4] = 1.0
+        phi[s, 5] = short
+        phi[s, 6] = 1.0 - float(inputs.p_last.max())
+    phi[agent, 7] = float(inputs.has_tools)
+    phi[agent, 8] = float(inputs.tool_activity)
+    r = inputs.refers_back
+    if inputs.session is not None:
+        phi[inputs.session, 9] = r
+    phi[:, 10] = r * log_last
+    if inputs.p_history is not None:
+        phi[:, 11] = r * np.log(np.clip(inputs.p_history, 1e-6, 1.0))
+    phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
+    return phi
+
+
+@dataclass
+class TurnModel:
+    """θ over FEATURES, one row per stage; `probabilities(inputs)` is the conversation's decision."""
+
+    theta: np.ndarray  # (len(STAGES), len(FEATURES))
+
+    def probabilities(self, inputs: TurnInputs, *, escalated: bool = False) -> np.ndarray:
+        scores = feature_tensor(inputs) @ self.theta[int(escalated)]
+        scores -= scores.max()
+        e = np.exp(scores)
+        return e / e.sum()
+
+    def weights(self) -> dict[str, dict[str, float]]:
+        return {stage: {name: round(float(v), 4) for name, v in zip(FEATURES, row)}
+                for stage, row in zip(STAGES, self.theta)}
+
+
+def fit_stage(phis: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.01) -> np.ndarray:
+    """Weighted conditional-logit fit (BFGS over a few weights, deterministic) of θ on φ tensors (n, labels, features)."""
+    from scipy.optimize import minimize
+
+    w = w / w.sum()
+    rows = np.arange(len(y))
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        scores = phis @ theta
+        scores -= scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=1, keepdims=True)
+        nll = -(w * np.log(p[rows, y] + 1e-12)).sum() + l2 * theta @ theta
+        expected = np.einsum("nk,nkf->nf", p, phis)
+        grad = (w[:, None] * (expected - phis[rows, y])).sum(axis=0) + 2 * l2 * theta
+        return float(nll), grad
+
+    start = np.zeros(phis.shape[2])
+    start[0] = 1.0
+    result = minimize(loss, start, jac=True, method="BFGS", options={"maxiter": 300, "gtol": 1e-5})
+    return np.asarray(result.x, dtype=np.float64)
+
+
+def stack(inputs: Sequence[TurnInputs]) -> np.ndarray:
+    return np.stack([feature_tensor(i) for i in inputs]) if inputs else np.zeros((0, len(LABELS), len(FEATURES)))

@@ -1,0 +1,101 @@
+"""The conversation decision: stay on follow-ups, switch on confident other-domain turns, never
+inside a tool loop; measured on the multi-turn dev set and on hold-out by source (printed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from macaron.router.classifier.data import load_jsonl
+from macaron.router.classifier.errors import ClassificationInputError
+from macaron.router.classifier.evaluate import evaluate
+from macaron.router.classifier.train import TrainConfig, train
+
+from .conftest import subset
+
+# Floors a little under what the shipped artifact measures on its fast path (stay 0.91, continue
+# 0.98, switch 0.83, tool loop 1.0; see the README), so a regression fails and noise does not.
+MULTITURN_FAST_FLOORS = {"stay": 0.88, "continue": 0.95, "switch": 0.80, "tool_loop": 1.0}
+# Measured on these subsets: stay 0.69, continue 0.95, switch 0.81, tool loop 1.0 (the generic
+# follow-ups written for the project are one held-out group: without them stays fall to 0.34).
+HOLDOUT_FLOORS = {"stay": 0.62, "continue": 0.88, "switch": 0.75, "tool_loop": 1.0}
+
+CODE_HISTORY = [
+    {"role": "user", "content": "Write a Python function that parses an ISO 8601 date string and returns a datetime."},
+    {"role": "assistant", "content": "```python\nfrom datetime import datetime\ndef parse(s):\n    return datetime.fromisoformat(s)\n```"},
+]
+UI_HISTORY = [
+    {"role": "user", "content": "Design a signup form page with email, password and a submit button in HTML and CSS."},
+    {"role": "assistant", "content": "<form class=\"signup\">...</form>"},
+]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def multiturn_dev(routing_data_dir):
+    return load_jsonl(routing_data_dir / "multiturn_dev.jsonl")
+
+
+def test_multiturn_dev_kinds(fast_classifier, multiturn_dev, capsys) -> None:
+    result = evaluate(fast_classifier, multiturn_dev, warmup=0)["multiturn"]
+    with capsys.disabled():
+        print(f"\n[classifier] multi-turn dev (fast path): {result}")
+    for kind, floor in MULTITURN_FAST_FLOORS.items():
+        assert result[kind] >= floor, (kind, result)
+    assert result["tool_loop_switches"] == 0
+
+
+def test_confident_switch_wins_over_stickiness(fast_classifier) -> None:
+    messages = CODE_HISTORY + [{"role": "user", "content": "Set an alarm for 6:30 tomorrow morning and remind me to call the dentist."}]
+    d = fast_classifier.classify(messages=messages, session="code")
+    assert d.specialist == "agent" and d.session_aware
+
+
+def test_declared_tools_do_not_hold_a_switch_back(fast_classifier) -> None:
+    messages = [
+        {"role": "user", "content": "What's the weather like in Paris right now?"},
+        {"role": "assistant", "content": "It is 18 degrees and sunny in Paris."},
+        {"role": "user", "content": "Write a Python function that merges two sorted lists into one sorted list."},
+    ]
+    assert fast_classifier.classify(messages=messages, tools=TOOLS, session="agent").specialist == "code"
+
+
+@pytest.mark.parametrize("follow_up", ["make it a bit nicer", "ok, and the other one?", "try again"])
+def test_short_follow_up_stays(fast_classifier, follow_up: str) -> None:
+    messages = UI_HISTORY + [{"role": "user", "content": follow_up}]
+    assert fast_classifier.classify(messages=messages, session="ui").specialist == "ui"
+
+
+def test_tool_loop_never_switches(fast_classifier) -> None:
+    messages = CODE_HISTORY + [
+        {"role": "user", "content": "Run the tests."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
+                                                               "function": {"name": "shell", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "Set an alarm for 7am and book a table for two at 8pm."},
+    ]
+    d = fast_classifier.classify(messages=messages, tools=TOOLS, session="code")
+    assert (d.specialist, d.confidence, d.escalated) == ("code", 1.0, False)
+
+
+def test_unknown_session_specialist_is_a_clear_error(fast_classifier) -> None:
+    with pytest.raises(ClassificationInputError, match="session specialist"):
+        fast_classifier.classify("write a haiku", session="poet")
+
+
+def test_multiturn_holdout_by_source(train_examples, routing_data_dir, capsys) -> None:
+    """The conversation model fitted without each source repository of the new turn (printed per
+    repository), on subsets, fast path only. The turn probabilities here come from models that saw
+    the rows (no single-turn hold-out, to stay quick), so this guards the pipeline; the figures of
+    record are the full run's (`macaron router train`, the artifact's report)."""
+    multiturn = subset(load_jsonl(routing_data_dir / "multiturn_train.jsonl"), every=8)
+    artifact = train(config=TrainConfig(escalation=False, holdout=False), train_examples=subset(train_examples, every=12),
+                     multiturn_examples=multiturn)
+    report = artifact.report["multiturn_holdout"]
+    with capsys.disabled():
+        print(f"\n[classifier] multi-turn hold-out (fast path, subset): {report['pooled']}")
+        for name, entry in report["per_repository"].items():
+            print(f"  {name:40s} {entry}")
+    for kind, floor in HOLDOUT_FLOORS.items():
+        assert report["pooled"][kind] >= floor, (kind, report["pooled"])
+    assert report["pooled"]["tool_loop_switches"] == 0
+    assert np.isfinite(artifact.turn.theta).all()
