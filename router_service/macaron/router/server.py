@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from macaron.auth import Guard, resolve_dev_mode
 from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
+from macaron.lifecycle.admin import add_admin_service
 from macaron.ports import SPECIALISTS, metrics_port
 from macaron.router.forwarder import Forwarder
 from macaron.router.judge import Judge
@@ -135,9 +136,10 @@ class RouterServer:
                            max_messages=settings.specialists.max_messages, max_tools=settings.specialists.max_tools),
             self.server,
         )
+        admin = add_admin_service(self.server, self.core.versions.ops, rs.lifecycle, self.store, host=self.host)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (SERVICE_NAME, admin, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self.server,
         )
         self._metrics_server: Any = None
