@@ -53,6 +53,8 @@ class VersionRuntime:
         self.rollbacks: list[tuple[str, str, str]] = []
         """(specialist, version, reason) of each automatic rollback made by this router."""
         self._watch: asyncio.Task[None] | None = None
+        self._revisions: dict[str, int] = {n: st.revision for n, st in defaults.items()}
+        self._refreshing: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -79,12 +81,27 @@ class VersionRuntime:
     # ------------------------------------------------------------ per request
 
     async def states(self) -> dict[str, SpecialistState]:
-        """Every specialist's state (one store round trip); the last known ones while the store is down."""
+        """Every specialist's state (one store round trip); the last known ones while the store is down.
+
+        When a state changed since the last read (another router loaded a version, say), the engines'
+        adapter lists are read again before the first request sees it (one refresh, shared by every
+        request arriving meanwhile), so a new canary is placed at once, not at the next poll."""
         try:
-            self.last_states = await self.versions.read_all()
+            states = await self.versions.read_all()
         except StoreUnavailableError:
-            pass
-        return self.last_states
+            return self.last_states
+        revisions = {n: st.revision for n, st in states.items()}
+        if revisions != self._revisions:
+            if self._refreshing is None or self._refreshing.done():
+                self._refreshing = asyncio.ensure_future(self._refresh_for(revisions))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._refreshing), self.inventory.timeout_s)
+        self.last_states = states
+        return states
+
+    async def _refresh_for(self, revisions: dict[str, int]) -> None:
+        await self.inventory.refresh_now(notify=False)
+        self._revisions = revisions
 
     def available(self, state: SpecialistState, version: str) -> bool:
         """Whether some replica has the version loaded (stable always counts: it is the fallback)."""
