@@ -170,7 +170,11 @@ class Lifecycle:
             if not state.canary:
                 raise VersionError(f"{specialist} has no canary to promote: start one with `macaron adapters canary`")
             old = state.stable
-            new = state.changed(stable=state.canary, canary="", canary_share=0.0)
+            versions = dict(state.versions)
+            versions.setdefault(old, VersionInfo("", "loaded", 0.0))  # the configured one: sessions keep it
+            versions.pop(state.canary, None)  # stable is tracked as `stable`
+            versions[state.canary] = state.versions[state.canary]
+            new = state.changed(stable=state.canary, canary="", canary_share=0.0, versions=versions)
             await self.versions.write(new, HistoryEntry(time.time(), actor, "promote", state.canary, reason,
                                                         f"previous stable {old or '(unversioned)'}"))
             return new
