@@ -141,7 +141,7 @@ class Routers:
 
 
 @pytest.fixture
-async def routers(settings: MacaronSettings, tokenizer, redis_url: str) -> AsyncIterator[Routers]:
+async def routers(settings: MacaronSettings, tokenizer, redis_url: str, engines_as_started: None) -> AsyncIterator[Routers]:
     r = Routers(settings, tokenizer, redis_url)
     try:
         yield r
@@ -156,7 +156,7 @@ def _adapters(url: str) -> dict[str, str]:
     return {c["id"]: c["root"] for c in cards if c.get("parent")}
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def engines_as_started(version_stack: VersionStack) -> Iterator[None]:
     """After each test, the engines hold exactly the adapters they started with (tests load and unload)."""
     import httpx
