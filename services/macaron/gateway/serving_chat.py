@@ -37,6 +37,7 @@ def route_headers(route: Route | None) -> dict[str, str]:
     }
     if route.adapter:
         headers["x-macaron-adapter"] = route.adapter + (f"@{route.adapter_version}" if route.adapter_version else "")
+        headers["x-macaron-adapter-version"] = route.adapter_version  # "" for the unversioned adapter
     return headers
 
 
@@ -119,11 +120,13 @@ class ChatService:
 
     def _observe_route(self, route: Route | None, model: str, start: float) -> None:
         self.metrics.first_chunk.labels(model=model).observe(time.monotonic() - start)
+        self.metrics.observe_route(route, time.monotonic() - start)
         if route is not None:
             self.metrics.routes.labels(specialist=route.specialist or "none", reason=route.reason).inc()
 
     def _count(self, labels: dict[str, str], status: int, usage: Usage | None = None, route: Route | None = None) -> None:
         self.metrics.requests.labels(status=str(status), **labels).inc()
+        self.metrics.count_version(route, status, usage)
         log.info(
             "chat completion model=%s stream=%s status=%d specialist=%s reason=%s tokens=%s/%s",
             labels["model"], labels["stream"], status, route.specialist if route else "-", route.reason if route else "-",
