@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from macaron import telemetry
 from macaron.auth import Guard, resolve_dev_mode
 from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
@@ -199,6 +200,7 @@ class RouterServer:
 
 async def serve(settings: MacaronSettings) -> None:
     """Serves until SIGTERM/SIGINT, then drains."""
+    telemetry.setup_tracing_from(settings.telemetry, "macaron-router")
     server = RouterServer(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

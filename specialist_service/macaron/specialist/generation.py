@@ -12,6 +12,9 @@ import logging
 import uuid
 from typing import Any, AsyncIterator
 
+from opentelemetry import trace
+
+from macaron import telemetry
 from macaron.engine_client import (
     AsyncEngineClient,
     EngineBadRequestError,
@@ -164,10 +167,17 @@ class Pipeline:
                 timeout=remaining,
             )
             started = False
+            # the engine hop's span (client side: the engine is SGLang's or ours, spans or not)
+            span = telemetry.tracer(__name__).start_span("engine.generate", kind=trace.SpanKind.CLIENT, attributes={
+                "engine.url": url, "adapter.lora_path": lora_path, "adapter.version": version})
             try:
                 with self.picker.track(url):
                     async for event in self._consume(stream, url, request, plan, params, version):
                         started = True
+                        if isinstance(event, Done):
+                            span.set_attribute("usage.prompt_tokens", event.usage.prompt_tokens)
+                            span.set_attribute("usage.completion_tokens", event.usage.completion_tokens)
+                            span.set_attribute("usage.cached_tokens", event.usage.cached_tokens)
                         yield event
                 return
             except EngineUnavailableError as exc:
@@ -189,6 +199,7 @@ class Pipeline:
             except EngineClientError as exc:
                 raise UnavailableError(f"engine replica {url} failed: {exc.message}") from exc
             finally:
+                span.end()
                 await stream.aclose()
 
     async def _consume(
