@@ -119,7 +119,7 @@ async def test_full_rollout_and_rollback_under_traffic(routers, version_stack) -
 
 async def test_a_change_on_one_router_is_obeyed_by_the_other_at_once(routers, version_stack) -> None:
     _, stub_a, admin_a = await routers.start()
-    _, stub_b, _ = await routers.start()
+    b, stub_b, _ = await routers.start()
     await admin_a.LoadAdapter(admin_pb2.LoadAdapterRequest(ref="code@v2", path=str(version_stack.adapters["v2"])),
                               timeout=120)
     await admin_a.StartCanary(admin_pb2.StartCanaryRequest(ref="code@v2", share=1.0), timeout=30)
@@ -131,9 +131,16 @@ async def test_a_change_on_one_router_is_obeyed_by_the_other_at_once(routers, ve
         return chunks[0].route.adapter_version
 
     assert await version_on(stub_b, "x-1") == "v2"  # a canary of 100 %: every new session
+    from prometheus_client import generate_latest
+
+    shown = generate_latest(b.metrics.registry).decode()
+    assert 'macaron_router_canary_share_ratio{specialist="code",version="v2"} 1.0' in shown
+    assert 'macaron_router_version_decisions_total{reason="canary",specialist="code",version="v2"} 1.0' in shown
     await admin_a.Rollback(admin_pb2.RollbackRequest(specialist="code"), timeout=30)
     assert await version_on(stub_b, "x-2") == "v1"  # the very next request on the other router
     assert await version_on(stub_b, "x-1") == "v1"  # a session of the rolled-back canary too
+    shown = generate_latest(b.metrics.registry).decode()
+    assert 'macaron_router_canary_share_ratio{specialist="code",version="v2"} 0.0' in shown
     state = await admin_a.UnloadAdapter(admin_pb2.UnloadAdapterRequest(ref="code@v2"), timeout=120)
     assert [v.version for v in state.versions] == [] and state.stable == "v1"
 

@@ -132,3 +132,18 @@ async def test_placement_reads_the_engines_and_a_replica_lacking_a_version_gets_
     while "code@v2" not in {c["id"] for c in httpx.get(f"{preferred}/v1/models", timeout=10).json()["data"]}:
         assert time.monotonic() < deadline, "the replica was not given the version in use"
         await asyncio.sleep(0.2)
+
+
+async def test_a_load_that_fails_anywhere_leaves_nothing_behind(routers, version_stack) -> None:
+    import httpx
+
+    _, stub, admin = await routers.start()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await admin.LoadAdapter(admin_pb2.LoadAdapterRequest(ref="code@v9", path="/nowhere/code-v9"), timeout=60)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "refused to load code@v9" in err.value.details()
+    for url in version_stack.engine_urls:
+        assert "code@v9" not in {c["id"] for c in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await admin.StartCanary(admin_pb2.StartCanaryRequest(ref="code@v9", share=0.5), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "macaron adapters load" in err.value.details()
+    assert await served(stub, "after-failed-load") == ("v1", "OK")

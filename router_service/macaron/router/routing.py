@@ -284,6 +284,9 @@ class RoutingCore:
     async def _judge(self, chat: ChatRequest, unsure: Unsure) -> Decision:
         if self.judge is None or self.settings.judge_threshold <= 0:
             return after_judge(unsure, None, "is off")
+        chat_state = self.versions.last_states.get("chat")
+        if chat_state is not None:  # the judge is the chat adapter's stable version, whatever was promoted
+            self.judge.lora_path = chat_state.engine_name(chat_state.stable)
         answer, why = await self.judge.ask(chat, await self.replicas())
         self.metrics.judge.labels("ok" if answer else ("timeout" if why.startswith("timed out") else "error")).inc()
         return after_judge(unsure, answer, why)

@@ -139,7 +139,9 @@ class Lifecycle:
             info = state.versions.get(ref.version)
             if ref.version == state.stable:
                 raise VersionError(f"{ref} is already stable")
-            if info is None or info.status != "loaded":
+            if info is not None and info.status == "rolled_back":
+                raise VersionError(f"{ref} was rolled back: unload it, then load a fixed version under a new name")
+            if info is None:
                 raise VersionError(f"{ref} is not loaded: run `macaron adapters load {ref} PATH` first")
             if self.gate is not None:
                 result = await self._run_gate(state, ref)
