@@ -3,6 +3,9 @@
 Every operation reads the specialist's state from the shared store, checks it is allowed, acts
 on the engines when needed, then writes the new state with a history entry (who, when, what,
 why). Routers read the state on every request, so the change is obeyed at once everywhere.
+Operations are serialized per router; two made through two routers at the same instant are
+last-writer-wins (the store offers no compare-and-set here): operators make them one at a time,
+and the automatic rollback only acts on the canary it judged.
 
 - load: `/load_lora_adapter` on every base-group replica, then one short generation with the
   version on each; only then is the version recorded as loaded (so it may take traffic). If any
@@ -181,11 +184,15 @@ class Lifecycle:
                                                         f"previous stable {old or '(unversioned)'}"))
             return new
 
-    async def rollback(self, specialist: str, *, actor: str, reason: str = "") -> SpecialistState:
+    async def rollback(self, specialist: str, *, actor: str, reason: str = "",
+                       expected: str | None = None) -> SpecialistState:
+        """`expected`: roll back only if that version is still the canary (the automatic rollback's check)."""
         async with self._lock:
             state = await self.versions.read(specialist)
             if not state.canary:
                 raise VersionError(f"{specialist} has no canary to roll back (stable is {state.stable or 'unversioned'})")
+            if expected is not None and state.canary != expected:
+                raise VersionError(f"{specialist}@{expected} is no longer the canary ({state.canary} is)")
             versions = dict(state.versions)
             if state.canary in versions:
                 versions[state.canary] = replace(versions[state.canary], status="rolled_back")

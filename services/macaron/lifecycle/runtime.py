@@ -135,7 +135,7 @@ class VersionRuntime:
             if reason is None:
                 continue
             try:
-                await self.ops.rollback(name, actor=AUTO_ACTOR, reason=reason)
+                await self.ops.rollback(name, actor=AUTO_ACTOR, reason=reason, expected=state.canary)
             except VersionError:
                 continue  # another router was faster
             log.warning("%s@%s rolled back: %s", name, state.canary, reason)
