@@ -7,6 +7,7 @@ API keys (router.lifecycle.admin_keys) and checked by the same `macaron.auth.Gua
 from __future__ import annotations
 
 import logging
+from typing import Awaitable, Callable, Sequence
 
 import grpc
 
@@ -44,7 +45,7 @@ def add_admin_service(server: grpc.aio.Server, ops: Lifecycle, settings: Lifecyc
     return SERVICE_NAME
 
 
-def state_to_proto(state: SpecialistState, history: list[HistoryEntry] = ()) -> admin_pb2.SpecialistVersions:  # type: ignore[assignment]
+def state_to_proto(state: SpecialistState, history: Sequence[HistoryEntry] = ()) -> admin_pb2.SpecialistVersions:
     return admin_pb2.SpecialistVersions(
         specialist=state.specialist, adapter=state.adapter, stable=state.stable, canary=state.canary,
         canary_share=state.canary_share, revision=state.revision,
@@ -72,9 +73,11 @@ class AdapterAdminServicer(admin_pb2_grpc.AdapterAdminServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{exc} (an admin key: router.lifecycle.admin_keys)")
         return principal.name
 
-    async def _run(self, context: grpc.aio.ServicerContext, call) -> admin_pb2.SpecialistVersions:  # noqa: ANN001
+    async def _run(self, context: grpc.aio.ServicerContext,
+                   call: Callable[[], Awaitable[SpecialistState]]) -> admin_pb2.SpecialistVersions:
+        """Runs one operation; its errors become statuses (INVALID_ARGUMENT, FAILED_PRECONDITION, ...)."""
         try:
-            return state_to_proto(await call)
+            return state_to_proto(await call())
         except InvalidRefError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except VersionError as exc:
@@ -87,9 +90,6 @@ class AdapterAdminServicer(admin_pb2_grpc.AdapterAdminServicer):
         except StoreUnavailableError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the shared store does not answer ({exc}): retry later")
         raise AssertionError("unreachable")
-
-    def _ref(self, text: str):  # noqa: ANN202
-        return parse_ref(text)
 
     async def ListAdapters(self, request: admin_pb2.ListAdaptersRequest,
                            context: grpc.aio.ServicerContext) -> admin_pb2.ListAdaptersResponse:
@@ -107,39 +107,35 @@ class AdapterAdminServicer(admin_pb2_grpc.AdapterAdminServicer):
         actor = await self._actor(context)
         if not request.path:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "path is empty: give the adapter directory")
-        return await self._run(context, self._call(lambda: self.ops.load(
-            self._ref(request.ref), request.path, actor=actor, reason=request.reason)))
+        return await self._run(context, lambda: self.ops.load(
+            parse_ref(request.ref), request.path, actor=actor, reason=request.reason))
 
     async def StartCanary(self, request: admin_pb2.StartCanaryRequest,
                           context: grpc.aio.ServicerContext) -> admin_pb2.SpecialistVersions:
         actor = await self._actor(context)
-        return await self._run(context, self._call(lambda: self.ops.canary(
-            self._ref(request.ref), request.share, actor=actor, reason=request.reason)))
+        return await self._run(context, lambda: self.ops.canary(
+            parse_ref(request.ref), request.share, actor=actor, reason=request.reason))
 
     async def Promote(self, request: admin_pb2.PromoteRequest,
                       context: grpc.aio.ServicerContext) -> admin_pb2.SpecialistVersions:
         actor = await self._actor(context)
-        return await self._run(context, self._call(lambda: self.ops.promote(
-            self._specialist(request.specialist), actor=actor, reason=request.reason)))
+        return await self._run(context, lambda: self.ops.promote(
+            self._specialist(request.specialist), actor=actor, reason=request.reason))
 
     async def Rollback(self, request: admin_pb2.RollbackRequest,
                        context: grpc.aio.ServicerContext) -> admin_pb2.SpecialistVersions:
         actor = await self._actor(context)
-        return await self._run(context, self._call(lambda: self.ops.rollback(
-            self._specialist(request.specialist), actor=actor, reason=request.reason)))
+        return await self._run(context, lambda: self.ops.rollback(
+            self._specialist(request.specialist), actor=actor, reason=request.reason))
 
     async def UnloadAdapter(self, request: admin_pb2.UnloadAdapterRequest,
                             context: grpc.aio.ServicerContext) -> admin_pb2.SpecialistVersions:
         actor = await self._actor(context)
-        return await self._run(context, self._call(lambda: self.ops.unload(
-            self._ref(request.ref), actor=actor, reason=request.reason)))
+        return await self._run(context, lambda: self.ops.unload(
+            parse_ref(request.ref), actor=actor, reason=request.reason))
 
     @staticmethod
     def _specialist(name: str) -> str:
         if name not in SPECIALISTS:
             raise InvalidRefError(f"specialist {name!r} must be one of {', '.join(SPECIALISTS)}")
         return name
-
-    @staticmethod
-    async def _call(make):  # noqa: ANN001, ANN205 - validation errors surface inside _run
-        return await make()
