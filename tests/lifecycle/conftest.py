@@ -123,7 +123,8 @@ class Routers:
 
     async def start(self, *, settings: MacaronSettings | None = None, **kwargs: Any
                     ) -> tuple[RouterServer, router_pb2_grpc.RouterStub, admin_pb2_grpc.AdapterAdminStub]:
-        store = RedisStore(self.redis_url, timeout_s=0.5, key_prefix=self.key_prefix)
+        # generous: the test machine is shared; a Redis timeout degrades routing (no session pinning)
+        store = RedisStore(self.redis_url, timeout_s=2.0, key_prefix=self.key_prefix)
         server = RouterServer(settings or self.settings, store=store, classifier=KeywordClassifier(),
                               tokenizer=self.tokenizer, port=0, serve_metrics=False, **kwargs)
         port = await server.start()
