@@ -107,3 +107,26 @@ async def test_the_gate_refuses_a_candidate_worse_than_stable_by_more_than_the_m
         return scores[t.version]
 
     assert not (await PromotionGate(async_scorer, 0.05).evaluate(target("v3"), target("v1"))).passed
+
+
+async def test_usage_of_every_router_is_summed_and_a_silent_router_stops_counting(redis_url: str) -> None:
+    import asyncio
+
+    from macaron.lifecycle.usage import UsageTracker
+
+    prefix = f"test-usage-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore(redis_url, key_prefix=prefix)
+    try:
+        versions = VersionStore(store, {"code": SpecialistState.initial("code", "code", "v1")})
+        one, two = UsageTracker(store, "r1"), UsageTracker(store, "r2")
+        one.begin("code", "v1"), one.begin("code", "v1"), two.begin("code", "v1"), two.begin("code", "v2")
+        two.end("code", "v2")
+        await one.publish()
+        await two.publish()
+        usage = await versions.usage("code", stale_s=10.0)
+        assert usage["v1"][0] == 3 and usage["v2"][0] == 0 and usage["v2"][1] > 0
+        await asyncio.sleep(0.3)
+        await one.publish()  # r2 falls silent with one request counted
+        assert (await versions.usage("code", stale_s=0.2))["v1"][0] == 2
+    finally:
+        await store.close()
