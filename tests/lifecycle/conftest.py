@@ -80,7 +80,7 @@ def write_config(path: Path, *, engine_urls: list[str], model_dir: Path, ports: 
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped once this package's tests are done: it frees the machine
 def version_stack(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VersionStack]:
     workdir = tmp_path_factory.mktemp("lifecycle-stack")
     model, base_adapters = tiny_model.model_dir, dict(tiny_model.adapters)

@@ -14,13 +14,13 @@ in use before they take traffic for them).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Awaitable, Callable, Iterable, Sequence
 
 from macaron.engine_client import EngineClientError
 from macaron.lifecycle.engines import EngineClients
+from macaron.lifecycle.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +89,8 @@ class AdapterInventory:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -15,6 +15,7 @@ from macaron.lifecycle.inventory import AdapterInventory
 from macaron.lifecycle.operations import Lifecycle
 from macaron.lifecycle.settings import LifecycleSettings
 from macaron.lifecycle.store import VersionStore
+from macaron.lifecycle.tasks import stop_task
 from macaron.lifecycle.usage import UsageTracker
 from macaron.lifecycle.versions import SpecialistState, VersionError
 from macaron.lifecycle.watcher import OutcomeWindow, judge
@@ -67,11 +68,9 @@ class VersionRuntime:
             self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
 
     async def aclose(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        await stop_task(self._watch)
+        self._watch = None
+        await stop_task(self._refreshing)  # type: ignore[arg-type]
         await self.inventory.stop()
         await self.usage.stop()
         with contextlib.suppress(StoreUnavailableError):

@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 
 from macaron.lifecycle.store import STATE_TTL_S, usage_key
+from macaron.lifecycle.tasks import stop_task
 from macaron.store import Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,8 @@ class UsageTracker:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:
