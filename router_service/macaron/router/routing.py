@@ -8,9 +8,9 @@
 4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
    hashed into blocks; one store read (load + blocks) fills the snapshot; the policy's profile
    picks the replica,
-4b. the adapter version (macaron.lifecycle): read with the session, in the same moment; a session
-   keeps its version, a new one may draw the canary; placement only sees replicas whose engine
-   lists that version,
+4b. the adapter version (macaron.lifecycle): the four version states come in the session
+   read's own store round trip (no extra one); a session keeps its version, a new one may draw
+   the canary; placement only sees replicas whose engine lists that version,
 5. after the pick: the replica's in-flight count goes up until `Route.release()` and the prefix
    blocks enter this router's overlay; once the first token went out (`Route.commit()`), the
    session and the blocks are written to the store in the background, off the path to that
@@ -51,7 +51,8 @@ from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.prefix_index import PrefixIndex, adapter_seed, block_hashes
-from macaron.router.sessions import SessionStore
+from macaron.router.sessions import SessionStore, session_key
+from macaron.router.sessions import decode as decode_session
 from macaron.router.settings import RouterSettings
 from macaron.router.store_gate import GatedStore
 from macaron.store import StoreUnavailableError
@@ -266,9 +267,23 @@ class RoutingCore:
             log.warning("no base-group replica discovered (%s): forwarding without a replica hint", exc)
             return ()
 
-    async def decide(self, req: RouteRequest) -> tuple[Decision, SessionView | None]:
-        """Steps 1-4: the specialist, and the session it was read from."""
-        session = None if req.forced else await self.read_session(req.owner, req.session_id)
+    async def read_session_and_states(self, req: RouteRequest) -> tuple[SessionView | None, dict[str, SpecialistState]]:
+        """The session (unless forced or none) and every specialist's version state, in one store round trip."""
+        if req.forced or not req.session_id:
+            return None, await self.versions.states()
+        try:
+            raws = await self.store.hgetall_many([session_key(req.owner, req.session_id), *self.versions.state_keys()])
+        except StoreUnavailableError:
+            return None, self.versions.last_states
+        return decode_session(raws[0]), await self.versions.accept(raws[1:])
+
+    async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None
+                     ) -> tuple[Decision, SessionView | None]:
+        """Steps 1-4: the specialist, and the session it was read from (`prefetched`: already read)."""
+        if prefetched is not None:
+            (session,) = prefetched
+        else:
+            session = None if req.forced else await self.read_session(req.owner, req.session_id)
         tool_loop = tool_loop_open(req.chat.messages)
         classified = None
         if not req.forced and not (session is not None and tool_loop):
@@ -344,15 +359,11 @@ class RoutingCore:
         and if it raises, the request leaves no trace.
         """
         t0 = time.perf_counter()
-        states = asyncio.ensure_future(self.versions.states())  # overlaps the session read
-        try:
-            decision, session = await self.decide(req)
-            if gate is not None:
-                await gate
-        except BaseException:
-            states.cancel()
-            raise
-        state = (await states)[decision.specialist]
+        session, states = await self.read_session_and_states(req)  # one round trip, as the session alone
+        decision, session = await self.decide(req, prefetched=(session,))
+        if gate is not None:
+            await gate
+        state = states[decision.specialist]
         choice = self.choose_version(req, decision, session, state)
         t1 = time.perf_counter()
         replicas = self.versions.filter_replicas(state, choice.version, await self.replicas())

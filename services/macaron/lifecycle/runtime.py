@@ -14,7 +14,7 @@ from macaron.lifecycle.gate import PromotionGate, Scorer, load_scorer
 from macaron.lifecycle.inventory import AdapterInventory
 from macaron.lifecycle.operations import Lifecycle
 from macaron.lifecycle.settings import LifecycleSettings
-from macaron.lifecycle.store import VersionStore
+from macaron.lifecycle.store import VersionStore, state_key
 from macaron.lifecycle.tasks import stop_task
 from macaron.lifecycle.usage import UsageTracker
 from macaron.lifecycle.versions import SpecialistState, VersionError
@@ -79,16 +79,25 @@ class VersionRuntime:
 
     # ------------------------------------------------------------ per request
 
+    def state_keys(self) -> list[str]:
+        """The store keys of every specialist's state (a caller may read them in its own pipeline)."""
+        return [state_key(n) for n in self.versions.defaults]
+
     async def states(self) -> dict[str, SpecialistState]:
-        """Every specialist's state (one store round trip); the last known ones while the store is down.
+        """Every specialist's state (one store round trip); the last known ones while the store is down."""
+        try:
+            raws = await self.versions.store.hgetall_many(self.state_keys())
+        except StoreUnavailableError:
+            return self.last_states
+        return await self.accept(raws)
+
+    async def accept(self, raws: Sequence[Mapping[str, bytes]]) -> dict[str, SpecialistState]:
+        """The states from raw hashes read in `state_keys()` order (e.g. with the session, in one round trip).
 
         When a state changed since the last read (another router loaded a version, say), the engines'
         adapter lists are read again before the first request sees it (one refresh, shared by every
         request arriving meanwhile), so a new canary is placed at once, not at the next poll."""
-        try:
-            states = await self.versions.read_all()
-        except StoreUnavailableError:
-            return self.last_states
+        states = self.versions.decode_all(raws)
         revisions = {n: st.revision for n, st in states.items()}
         if revisions != self._revisions:
             if self._refreshing is None or self._refreshing.done():

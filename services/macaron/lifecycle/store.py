@@ -50,6 +50,10 @@ class VersionStore:
         raws = await self.store.hgetall_many([state_key(n) for n in names])
         return {name: self._decode(name, raw) for name, raw in zip(names, raws)}
 
+    def decode_all(self, raws: Sequence[Mapping[str, bytes]]) -> dict[str, SpecialistState]:
+        """Every specialist's state from hashes read in `defaults` order."""
+        return {name: self._decode(name, raw) for name, raw in zip(self.defaults, raws)}
+
     async def read(self, specialist: str) -> SpecialistState:
         return (await self.read_all([specialist]))[specialist]
 
