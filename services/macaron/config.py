@@ -26,6 +26,7 @@ from macaron.router.settings import RouterSettings
 from macaron.gateway.settings import GatewaySettings
 from macaron.serve import ServeSettings
 from macaron.specialist.settings import SpecialistsSettings
+from macaron.telemetry.settings import TelemetrySettings
 
 
 class MacaronSettings(BaseSettings):
@@ -51,6 +52,9 @@ class MacaronSettings(BaseSettings):
     )
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OpenAI-compatible REST gateway.")
     serve: ServeSettings = Field(default_factory=ServeSettings, description="`macaron serve`: the whole stack in one process.")
+    telemetry: TelemetrySettings = Field(
+        default_factory=TelemetrySettings, description="OpenTelemetry traces across every hop: exporter none, console or otlp."
+    )
 
     @classmethod
     def settings_customise_sources(

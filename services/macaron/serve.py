@@ -363,6 +363,9 @@ def with_env_redis(settings: MacaronSettings) -> MacaronSettings:
 
 async def serve(settings: MacaronSettings, *, on_ready: Any = None) -> None:
     """Runs the stack until SIGINT/SIGTERM, then stops it cleanly."""
+    from macaron import telemetry
+
+    telemetry.setup_tracing_from(settings.telemetry, "macaron")
     stack = EmbeddedStack(with_env_redis(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

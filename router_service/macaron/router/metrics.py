@@ -6,6 +6,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+SERVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+VERSION_LABELS = ["specialist", "version"]
 
 
 class RouterMetrics:
@@ -57,4 +60,38 @@ class RouterMetrics:
         )
         self.store_errors = Counter(
             "macaron_router_store_errors_total", "Shared-store operations that failed (then degraded).", registry=r
+        )
+        # --- per adapter version (SGLang's own /metrics has no per-adapter labels) ---
+        self.version_choices = Counter(
+            "macaron_router_version_decisions_total",
+            "Adapter version choices by specialist, version and reason (stable, canary, session, retired, "
+            "canary_unavailable).", ["specialist", "version", "reason"], registry=r,
+        )
+        self.version_requests = Counter(
+            "macaron_router_version_requests_total", "Finished Generate calls by specialist, version and gRPC code.",
+            [*VERSION_LABELS, "code"], registry=r,
+        )
+        self.version_in_flight = Gauge(
+            "macaron_router_version_in_flight", "Generate streams in flight by specialist and version.", VERSION_LABELS,
+            registry=r,
+        )
+        self.version_ttft = Histogram(
+            "macaron_router_time_to_first_token_seconds", "Time from the request to its first token, by version.",
+            VERSION_LABELS, buckets=SERVE_BUCKETS, registry=r,
+        )
+        self.version_tpot = Histogram(
+            "macaron_router_time_per_output_token_seconds", "Time per output token after the first, by version.",
+            VERSION_LABELS, buckets=TOKEN_BUCKETS, registry=r,
+        )
+        self.version_e2e = Histogram(
+            "macaron_router_e2e_request_latency_seconds", "Time from the request to its last chunk, by version.",
+            VERSION_LABELS, buckets=SERVE_BUCKETS, registry=r,
+        )
+        self.version_tokens = Counter(
+            "macaron_router_tokens_total", "Tokens by specialist, version and kind (prompt, completion, cached).",
+            [*VERSION_LABELS, "kind"], registry=r,
+        )
+        self.canary_share = Gauge(
+            "macaron_router_canary_share_ratio", "Configured canary share of new sessions, by specialist and canary.",
+            VERSION_LABELS, registry=r,
         )

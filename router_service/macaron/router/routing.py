@@ -8,6 +8,9 @@
 4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
    hashed into blocks; one store read (load + blocks) fills the snapshot; the policy's profile
    picks the replica,
+4b. the adapter version (macaron.lifecycle): the four version states come in the session
+   read's own store round trip (no extra one); a session keeps its version, a new one may draw
+   the canary; placement only sees replicas whose engine lists that version,
 5. after the pick: the replica's in-flight count goes up until `Route.release()` and the prefix
    blocks enter this router's overlay; once the first token went out (`Route.commit()`), the
    session and the blocks are written to the store in the background, off the path to that
@@ -26,6 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Mapping, Protocol, Sequence
 
 from macaron.discovery import DiscoveryError, ReplicaSource, normalize_url
+from macaron.lifecycle.assign import VersionChoice
+from macaron.lifecycle.runtime import VersionRuntime
+from macaron.lifecycle.versions import SpecialistState
 from macaron.ports import SPECIALISTS
 from macaron.prompting import ChatRequest, render
 from macaron.router.classifier.errors import ClassificationInputError
@@ -45,7 +51,8 @@ from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.prefix_index import PrefixIndex, adapter_seed, block_hashes
-from macaron.router.sessions import SessionStore
+from macaron.router.sessions import SessionStore, session_key
+from macaron.router.sessions import decode as decode_session
 from macaron.router.settings import RouterSettings
 from macaron.router.store_gate import GatedStore
 from macaron.store import StoreUnavailableError
@@ -107,6 +114,11 @@ class Route:
     decision_ms: float = 0.0
     route_ms: float = 0.0
     degraded: bool = False
+    adapter: str = ""
+    version: str = ""
+    """The adapter version that serves the request ("" is the unversioned adapter)."""
+    version_reason: str = "stable"
+    canary: bool = False
     _release: Any = field(default=None, repr=False)
     _commit: Any = field(default=None, repr=False)
 
@@ -156,6 +168,8 @@ class RoutingCore:
         router_id: str,
         metrics: RouterMetrics | None = None,
         policy: str | None = None,
+        versions: VersionRuntime | None = None,
+        engine_api_key: str | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -177,17 +191,25 @@ class RoutingCore:
         self.snapshots = SnapshotReader(store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
                                         index=self.prefix_index)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
+        self.versions = versions or VersionRuntime(
+            settings.lifecycle, store,
+            {n: SpecialistState.initial(n, a.name, a.version) for n, a in adapters.items()},
+            self.replicas, router_id, engine_api_key=engine_api_key,
+        )
         self._background: set[asyncio.Task[Any]] = set()
+        self._canaries: dict[str, str] = {}
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self.tracker.start()
+        await self.versions.start()
 
     async def aclose(self) -> None:
         if self._background:
             await asyncio.wait(self._background, timeout=2.0)
         await self.tracker.stop()
+        await self.versions.aclose()
         if self.judge is not None:
             await self.judge.aclose()
         if self.discovery is not None:
@@ -249,9 +271,23 @@ class RoutingCore:
             log.warning("no base-group replica discovered (%s): forwarding without a replica hint", exc)
             return ()
 
-    async def decide(self, req: RouteRequest) -> tuple[Decision, SessionView | None]:
-        """Steps 1-4: the specialist, and the session it was read from."""
-        session = None if req.forced else await self.read_session(req.owner, req.session_id)
+    async def read_session_and_states(self, req: RouteRequest) -> tuple[SessionView | None, dict[str, SpecialistState]]:
+        """The session (unless forced or none) and every specialist's version state, in one store round trip."""
+        if req.forced or not req.session_id:
+            return None, await self.versions.states()
+        try:
+            raws = await self.store.hgetall_many([session_key(req.owner, req.session_id), *self.versions.state_keys()])
+        except StoreUnavailableError:
+            return None, self.versions.last_states
+        return decode_session(raws[0]), await self.versions.accept(raws[1:])
+
+    async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None
+                     ) -> tuple[Decision, SessionView | None]:
+        """Steps 1-4: the specialist, and the session it was read from (`prefetched`: already read)."""
+        if prefetched is not None:
+            (session,) = prefetched
+        else:
+            session = None if req.forced else await self.read_session(req.owner, req.session_id)
         tool_loop = tool_loop_open(req.chat.messages)
         classified = None
         if not req.forced and not (session is not None and tool_loop):
@@ -267,13 +303,16 @@ class RoutingCore:
     async def _judge(self, chat: ChatRequest, unsure: Unsure) -> Decision:
         if self.judge is None or self.settings.judge_threshold <= 0:
             return after_judge(unsure, None, "is off")
+        chat_state = self.versions.last_states.get("chat")
+        if chat_state is not None:  # the judge is the chat adapter's stable version, whatever was promoted
+            self.judge.lora_path = chat_state.engine_name(chat_state.stable)
         answer, why = await self.judge.ask(chat, await self.replicas())
         self.metrics.judge.labels("ok" if answer else ("timeout" if why.startswith("timed out") else "error")).inc()
         return after_judge(unsure, answer, why)
 
     # ------------------------------------------------------------ placing
 
-    def prompt_blocks(self, chat: ChatRequest, specialist: str) -> tuple[str, ...]:
+    def prompt_blocks(self, chat: ChatRequest, specialist: str, version: str | None = None) -> tuple[str, ...]:
         """The chained block hashes of the prompt the specialist will send (empty if it cannot render)."""
         profile = self.profiles.get(specialist)
         if profile is None or self.tokenizer is None:
@@ -284,11 +323,14 @@ class RoutingCore:
             log.debug("cannot render the prompt for affinity: %s", exc)
             return ()
         s = self.settings
-        return tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=self.adapters[specialist].seed,
+        ref = self.adapters[specialist]
+        seed = ref.seed if version is None else adapter_seed(ref.name, version)
+        return tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=seed,
                                   max_blocks=s.prefix_max_blocks))
 
     async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
-                    replicas: Sequence[str]) -> tuple[str | None, Placement | None, Snapshot | None, PlacementRequest]:
+                    replicas: Sequence[str], version: str | None = None,
+                    ) -> tuple[str | None, Placement | None, Snapshot | None, PlacementRequest]:
         same_specialist = session is not None and session.specialist == decision.specialist
         preq = PlacementRequest(
             specialist=decision.specialist,
@@ -304,7 +346,7 @@ class RoutingCore:
             if wanted not in replicas:
                 raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not a discovered base-group replica")
             return wanted, None, None, preq
-        hashes = self.prompt_blocks(req.chat, decision.specialist) if self.policy == "prefix_affinity" else ()
+        hashes = self.prompt_blocks(req.chat, decision.specialist, version) if self.policy == "prefix_affinity" else ()
         # ties (nothing cached anywhere yet) go by the prompt's head, so requests sharing a system
         # prompt meet on one replica even before the index has them; else by session, else request
         tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
@@ -321,19 +363,29 @@ class RoutingCore:
         and if it raises, the request leaves no trace.
         """
         t0 = time.perf_counter()
-        decision, session = await self.decide(req)
+        session, states = await self.read_session_and_states(req)  # one round trip, as the session alone
+        decision, session = await self.decide(req, prefetched=(session,))
         if gate is not None:
             await gate
+        state = states[decision.specialist]
+        choice = self.choose_version(req, decision, session, state)
         t1 = time.perf_counter()
-        replica, placement, snapshot, preq = await self.place(req, decision, session, await self.replicas())
+        replicas = self.versions.filter_replicas(state, choice.version, await self.replicas())
+        replica, placement, snapshot, preq = await self.place(req, decision, session, replicas, choice.version)
         t2 = time.perf_counter()
         route = Route(decision, replica, placement, snapshot, session, (t1 - t0) * 1000, (t2 - t0) * 1000,
-                      degraded=self.store.degraded)
+                      degraded=self.store.degraded, adapter=state.adapter, version=choice.version,
+                      version_reason=choice.reason, canary=choice.canary)
         m = self.metrics
         m.decision_seconds.observe(t1 - t0)
         m.route_seconds.observe(t2 - t0)
-        route._commit = lambda served: self._record(req, decision, served, session, preq, snapshot)
+        m.version_choices.labels(decision.specialist, choice.version or "unversioned", choice.reason).inc()
+        self._publish_share(decision.specialist, state)
+        route._commit = lambda served: self._record(req, decision, served, session, preq, snapshot, choice.version)
+        usage = self.versions.usage
+        usage.begin(decision.specialist, choice.version)
         if replica is None:
+            route._release = lambda: usage.end(decision.specialist, choice.version)
             return route
         m.placements.labels(self.policy, replica).inc()
         if placement is not None and placement.guarded:
@@ -341,22 +393,42 @@ class RoutingCore:
         if snapshot is not None and snapshot.total_blocks:
             m.prefix_match.observe(snapshot.prefix.get(replica, 0) / snapshot.total_blocks)
         self.tracker.begin(replica)
-        route._release = lambda: self.tracker.end(replica)
+
+        def release() -> None:
+            self.tracker.end(replica)
+            usage.end(decision.specialist, choice.version)
+
+        route._release = release
         if preq.block_hashes:  # this router sees it at once; the store after the first chunk
             self.prefix_index.remember(preq.block_hashes, replica)
         return route
 
+    def _publish_share(self, specialist: str, state: SpecialistState) -> None:
+        previous = self._canaries.get(specialist)
+        if previous is not None and previous != state.canary:
+            self.metrics.canary_share.labels(specialist, previous).set(0.0)
+        if state.canary:
+            self.metrics.canary_share.labels(specialist, state.canary).set(state.canary_share)
+        self._canaries[specialist] = state.canary
+
+    def choose_version(self, req: RouteRequest, decision: Decision, session: SessionView | None,
+                       state: SpecialistState) -> VersionChoice:
+        """The session's version when it stays with its specialist; else a new draw (canary share)."""
+        pinned = session.adapter_version if session is not None and session.specialist == decision.specialist else None
+        key = f"{req.owner}\x00{req.session_id}" if req.session_id else (req.request_id or str(id(req)))
+        return self.versions.choose(state, pinned, key)
+
     # ------------------------------------------------------------ shared state, after the pick
 
     def _record(self, req: RouteRequest, decision: Decision, replica: str | None, session: SessionView | None,
-                preq: PlacementRequest, snapshot: Snapshot | None) -> None:
+                preq: PlacementRequest, snapshot: Snapshot | None, version: str = "") -> None:
         if preq.block_hashes and replica:
             self.prefix_index.remember(preq.block_hashes, replica)
         if self.store.degraded:
             return
         if req.session_id:
             turns = (session.turns if session else 0) + 1
-            view = SessionView(decision.specialist, self.adapters[decision.specialist].version, replica or "", turns)
+            view = SessionView(decision.specialist, version, replica or "", turns)
             self._spawn(self.sessions.put(req.owner, req.session_id, view))
         if preq.block_hashes and replica:
             seen = snapshot.blocks_seen if snapshot is not None else ()

@@ -21,10 +21,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from macaron import telemetry
 from macaron.auth import Guard, require_internal_token, resolve_dev_mode
 from macaron.auth.tls import add_port, channel_credentials, channel_options
 from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
+from macaron.lifecycle.admin import add_admin_service
 from macaron.ports import SPECIALISTS, metrics_port
 from macaron.router.forwarder import Forwarder
 from macaron.router.judge import Judge
@@ -130,6 +132,7 @@ class RouterServer:
             router_id=router_id or rs.router_id or default_router_id(),
             metrics=self.metrics,
             policy=policy,
+            engine_api_key=settings.engine.api_key_value,
         )
         self.forwarder = Forwarder(pool_targets(settings), max_attempts=rs.max_attempts,
                                    on_retry=lambda name, code: self.metrics.retries.labels(name).inc(),
@@ -141,9 +144,10 @@ class RouterServer:
                            max_messages=settings.specialists.max_messages, max_tools=settings.specialists.max_tools),
             self.server,
         )
+        admin = add_admin_service(self.server, self.core.versions.ops, rs.lifecycle, self.store, host=self.host)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (SERVICE_NAME, admin, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self.server,
         )
         self._metrics_server: Any = None
@@ -203,6 +207,7 @@ class RouterServer:
 
 async def serve(settings: MacaronSettings) -> None:
     """Serves until SIGTERM/SIGINT, then drains."""
+    telemetry.setup_tracing_from(settings.telemetry, "macaron-router")
     server = RouterServer(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import grpc
@@ -28,7 +29,7 @@ from macaron.prompting.convert import request_from_proto
 from macaron.prompting.messages import RequestError
 from macaron.router.decision import Decision
 from macaron.router.forwarder import Forwarder
-from macaron.router.routing import InvalidHintError, RouteRequest, RoutingCore
+from macaron.router.routing import InvalidHintError, Route, RouteRequest, RoutingCore
 from macaron.router.sessions import MAX_SESSION_ID_LENGTH
 from macaron.v1 import common_pb2 as pb
 from macaron.v1 import router_pb2, router_pb2_grpc
@@ -48,6 +49,15 @@ REASONS = {
     "fallback": pb.ROUTE_REASON_DEFAULT,
 }
 RETRY_AFTER_MS_KEY = "retry-after-ms"
+
+
+@dataclass
+class _Timing:
+    """When a Generate call started, sent its first token, and what usage its last chunk reported."""
+
+    start: float
+    first_token: float | None = None
+    usage: pb.Usage | None = None
 
 
 class Abort(Exception):
@@ -78,9 +88,13 @@ def api_key(metadata: dict[str, str]) -> str | None:
     return metadata.get("x-api-key") or None
 
 
-def decision_to_proto(decision: Decision, replica: str | None = None) -> pb.RouteDecision:
+def decision_to_proto(decision: Decision, replica: str | None = None, *, adapter: str = "",
+                      version: str = "") -> pb.RouteDecision:
+    """The decision on the wire; `adapter`/`version` tell the specialist which version to serve with."""
     return pb.RouteDecision(
         specialist=KIND_BY_NAME[decision.specialist],
+        adapter=adapter,
+        adapter_version=version,
         reason=REASONS[decision.reason],
         confidence=decision.confidence,
         replica=replica or "",
@@ -151,6 +165,29 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         return RouteRequest(chat, owner=principal.name, session_id=request.session_id, forced=forced,
                             replica_hint=request.engine_replica_hint or None, request_id=request_id)
 
+    def _finish_version(self, route: Route, timing: "_Timing", code: grpc.StatusCode, span: trace.Span) -> None:
+        """Per-version metrics, the span's token counts, and the outcome the canary watcher judges."""
+        m, name, label = self.core.metrics, route.decision.specialist, route.version or "unversioned"
+        end = time.perf_counter()
+        m.version_in_flight.labels(name, label).dec()
+        m.version_requests.labels(name, label, code.name).inc()
+        ttft = None if timing.first_token is None else timing.first_token - timing.start
+        if ttft is not None:
+            m.version_ttft.labels(name, label).observe(ttft)
+        if code == grpc.StatusCode.OK:
+            m.version_e2e.labels(name, label).observe(end - timing.start)
+        usage = timing.usage
+        if usage is not None:
+            m.version_tokens.labels(name, label, "prompt").inc(usage.prompt_tokens)
+            m.version_tokens.labels(name, label, "completion").inc(usage.completion_tokens)
+            m.version_tokens.labels(name, label, "cached").inc(usage.cached_tokens)
+            span.set_attribute("usage.prompt_tokens", usage.prompt_tokens)
+            span.set_attribute("usage.completion_tokens", usage.completion_tokens)
+            span.set_attribute("usage.cached_tokens", usage.cached_tokens)
+            if timing.first_token is not None and usage.completion_tokens > 1:
+                m.version_tpot.labels(name, label).observe((end - timing.first_token) / (usage.completion_tokens - 1))
+        self.core.versions.finished(name, route.version, code=code.name, ttft_s=ttft)
+
     def _count(self, method: str, code: grpc.StatusCode) -> None:
         self.core.metrics.requests.labels(method, code.name).inc()
 
@@ -164,6 +201,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         span = telemetry.tracer(__name__).start_span("router.Generate", context=telemetry.extract(metadata))
         route = None
         abort: Abort | None = None
+        timing = _Timing(time.perf_counter())
         self.core.metrics.in_flight.inc()
         lease = NO_LEASE
         tokens = 0
@@ -177,13 +215,20 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             except InvalidHintError as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             d = route.decision
+            version_label = route.version or "unversioned"
             span.set_attribute("specialist", d.specialist)
             span.set_attribute("route.reason", d.reason)
+            span.set_attribute("route.confidence", d.confidence)
+            span.set_attribute("adapter.version", route.version)
+            span.set_attribute("adapter.version_reason", route.version_reason)
+            span.set_attribute("route.replica", route.replica or "")
+            vm = self.core.metrics
+            vm.version_in_flight.labels(d.specialist, version_label).inc()
             forward = pb.GenerateRequest()
             forward.CopyFrom(request)
             forward.request_id = request_id
             forward.specialist = KIND_BY_NAME[d.specialist]
-            forward.route.CopyFrom(decision_to_proto(d))
+            forward.route.CopyFrom(decision_to_proto(d, adapter=route.adapter, version=route.version))
             forward.engine_replica_hint = route.replica or ""
             remaining = context.time_remaining()
             timeout = self.default_timeout_s if remaining is None else remaining
@@ -192,6 +237,10 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             first, served = True, None
             async for chunk in self.forwarder.stream(d.specialist, forward, timeout_s=timeout,
                                                      metadata=list(outgoing.items())):
+                if timing.first_token is None and (chunk.text or chunk.tool_calls):
+                    timing.first_token = time.perf_counter()
+                if chunk.HasField("usage"):
+                    timing.usage = chunk.usage
                 yield chunk
                 if first:
                     first = False
@@ -211,6 +260,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             self.core.metrics.in_flight.dec()
             if route is not None:
                 route.release()
+                self._finish_version(route, timing, abort.code if abort else grpc.StatusCode.OK, span)
             span.end()
         if abort is None:
             self._count("Generate", grpc.StatusCode.OK)

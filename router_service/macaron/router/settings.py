@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from macaron.auth.settings import ClientTlsSettings, ServerTlsSettings
 from macaron.discovery import DiscoverySettings
 from macaron.discovery_k8s import EndpointSliceSettings
+from macaron.lifecycle.settings import LifecycleSettings
 from macaron.ports import ROUTER_PORT
 
 Policy = Literal["round_robin", "least_load", "prefix_affinity"]
@@ -142,3 +143,8 @@ class RouterSettings(BaseModel):
         3, description="Attempts on distinct pool replicas, only before the first chunk (UNAVAILABLE, RESOURCE_EXHAUSTED)."
     )
     default_timeout_s: float = Field(600.0, description="Deadline of a forwarded call when the caller set none.")
+    # --- adapter versions ---
+    lifecycle: LifecycleSettings = Field(
+        default_factory=LifecycleSettings,
+        description="Adapter versions: admin service keys, load checks, unload draining, promotion gate, auto-rollback.",
+    )

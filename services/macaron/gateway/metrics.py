@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -42,6 +44,41 @@ class GatewayMetrics:
             "macaron_gateway_client_disconnects", "Streams the client left before the end (cancelled downstream).",
             registry=r,
         )
+
+        # --- per specialist and adapter version (the route's; "unversioned" for the plain adapter) ---
+        labels = ["specialist", "version"]
+        self.version_requests = Counter(
+            "macaron_gateway_version_requests_total", "Chat completions by specialist, adapter version and HTTP status.",
+            [*labels, "status"], registry=r,
+        )
+        self.version_time_to_route = Histogram(
+            "macaron_gateway_version_time_to_route_seconds",
+            "Time from request until the router's first chunk, by specialist and adapter version.",
+            labels, buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.version_tokens = Counter(
+            "macaron_gateway_version_tokens_total", "Tokens by specialist, adapter version and kind (prompt, completion, cached).",
+            [*labels, "kind"], registry=r,
+        )
+
+    @staticmethod
+    def _version_labels(route: Any) -> tuple[str, str]:
+        if route is None:
+            return "none", "none"
+        return route.specialist or "none", route.adapter_version or "unversioned"
+
+    def observe_route(self, route: Any, seconds: float) -> None:
+        """The router's first chunk arrived after `seconds`: counted under the route's version."""
+        if route is not None:
+            self.version_time_to_route.labels(*self._version_labels(route)).observe(seconds)
+
+    def count_version(self, route: Any, status: int, usage: Any = None) -> None:
+        """One finished completion (and its tokens) under its specialist and version."""
+        specialist, version = self._version_labels(route)
+        self.version_requests.labels(specialist, version, str(status)).inc()
+        if usage is not None:
+            for kind in ("prompt", "completion", "cached"):
+                self.version_tokens.labels(specialist, version, kind).inc(getattr(usage, f"{kind}_tokens", 0) or 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

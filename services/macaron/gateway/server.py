@@ -54,6 +54,9 @@ class GatewayServer(uvicorn.Server):
 
 def build_server(settings: MacaronSettings, *, install_signal_handlers: bool = True, **app_kwargs: Any) -> GatewayServer:
     """The gateway app on a uvicorn server bound to gateway.host:gateway.port (InsecureBindError without keys)."""
+    from macaron import telemetry
+
+    telemetry.setup_tracing_from(settings.telemetry, "macaron-gateway")
     from macaron.gateway.app import create_app
 
     app = create_app(settings, **app_kwargs)

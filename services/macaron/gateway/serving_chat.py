@@ -15,8 +15,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from macaron import telemetry
 from macaron.gateway import protocol as p
 from macaron.gateway.errors import GatewayError, from_sdk
 from macaron.gateway.metrics import GatewayMetrics
@@ -37,6 +40,7 @@ def route_headers(route: Route | None) -> dict[str, str]:
     }
     if route.adapter:
         headers["x-macaron-adapter"] = route.adapter + (f"@{route.adapter_version}" if route.adapter_version else "")
+        headers["x-macaron-adapter-version"] = route.adapter_version  # "" for the unversioned adapter
     return headers
 
 
@@ -100,6 +104,10 @@ class ChatService:
         start = time.monotonic()
         self.metrics.in_flight.inc()
         handed_over = False
+        # the request's root span (or a child of the caller's): the SDK carries it to the router
+        span = telemetry.tracer(__name__).start_span("gateway.chat_completions", attributes={
+            "model": req.model, "stream": stream, "request_id": request_id})
+        span_token = otel_context.attach(trace.set_span_in_context(span))
         try:
             client = self.client.with_options(api_key=api_key or "")
             params = sdk_params(req, session_id)
@@ -129,6 +137,8 @@ class ChatService:
             self._count(labels, error.status)
             raise error from None
         finally:
+            otel_context.detach(span_token)
+            span.end()  # a stream's span ends once its answer started (the router's spans cover the rest)
             if not handed_over:
                 self.metrics.in_flight.dec()
                 self.metrics.latency.labels(**labels).observe(time.monotonic() - start)
@@ -156,11 +166,20 @@ class ChatService:
 
     def _observe_route(self, route: Route | None, model: str, start: float) -> None:
         self.metrics.first_chunk.labels(model=model).observe(time.monotonic() - start)
+        self.metrics.observe_route(route, time.monotonic() - start)
+        if route is not None:
+            span = trace.get_current_span()
+            span.set_attribute("specialist", route.specialist or "")
+            span.set_attribute("route.reason", route.reason)
+            span.set_attribute("adapter.version", route.adapter_version)
         if route is not None:
             self.metrics.routes.labels(specialist=route.specialist or "none", reason=route.reason).inc()
 
     def _count(self, labels: dict[str, str], status: int, usage: Usage | None = None, route: Route | None = None) -> None:
         self.metrics.requests.labels(status=str(status), **labels).inc()
+        self.metrics.count_version(route, status, usage)
+        if usage is not None:
+            trace.get_current_span().set_attribute("usage.completion_tokens", usage.completion_tokens)
         log.info(
             "chat completion model=%s stream=%s status=%d specialist=%s reason=%s tokens=%s/%s",
             labels["model"], labels["stream"], status, route.specialist if route else "-", route.reason if route else "-",

@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 import uuid
 from contextvars import ContextVar
-from typing import Iterable, Literal, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Iterable, Literal, Mapping, MutableMapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+if TYPE_CHECKING:
+    from macaron.telemetry.settings import TelemetrySettings
 
 REQUEST_ID_KEY = "x-request-id"
 """Header / metadata key carrying the caller's request id through every hop."""
@@ -26,16 +29,43 @@ _request_id: ContextVar[str | None] = ContextVar("macaron_request_id", default=N
 _configured = False
 
 
-def setup_tracing(service_name: str, exporter: Literal["none", "console"] = "none") -> None:
-    """Installs a tracer provider once per process (spans are created either way, exported if asked)."""
+def setup_tracing(
+    service_name: str,
+    exporter: Literal["none", "console", "otlp"] = "none",
+    *,
+    otlp_endpoint: str | None = None,
+    otlp_timeout_s: float = 10.0,
+) -> None:
+    """Installs a tracer provider once per process (spans are created either way, exported if asked).
+
+    `otlp` sends spans over OTLP/HTTP to `otlp_endpoint` in the background (batched)."""
     global _configured
     if _configured:
         return
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     if exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    elif exporter == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint, timeout=otlp_timeout_s)))
     trace.set_tracer_provider(provider)
     _configured = True
+
+
+def setup_tracing_from(settings: "TelemetrySettings", service_name: str) -> None:
+    """`setup_tracing` with the configuration's telemetry section."""
+    setup_tracing(service_name, settings.exporter, otlp_endpoint=settings.otlp_endpoint,
+                  otlp_timeout_s=settings.otlp_timeout_s)
+
+
+def add_span_processor(processor: SpanProcessor) -> None:
+    """Adds a processor (e.g. an in-memory exporter in tests) to this process's provider."""
+    setup_tracing("macaron")
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        raise RuntimeError("another tracer provider is installed: add the processor to it")
+    provider.add_span_processor(processor)
 
 
 def tracer(name: str) -> trace.Tracer:

@@ -12,6 +12,9 @@ import logging
 import uuid
 from typing import Any, AsyncIterator
 
+from opentelemetry import trace
+
+from macaron import telemetry
 from macaron.engine_client import (
     AsyncEngineClient,
     EngineBadRequestError,
@@ -112,8 +115,12 @@ class Pipeline:
         request_id: str,
         replica_hint: str | None = None,
         timeout_s: float | None = None,
+        adapter_version: str | None = None,
     ) -> AsyncIterator[Event]:
-        """The events of one generation; raises a SpecialistError subclass on failure."""
+        """The events of one generation; raises a SpecialistError subclass on failure.
+
+        `adapter_version` is the version the router chose (a session keeps its own); None serves
+        the profile's configured version."""
         if self.active >= self.settings.max_concurrent_streams:
             raise OverloadedError(
                 f"specialist {self.profile.name} is serving its maximum of {self.settings.max_concurrent_streams} streams",
@@ -121,7 +128,7 @@ class Pipeline:
             )
         self.active += 1
         try:
-            async for event in self._run(request, sampling, request_id, replica_hint, timeout_s):
+            async for event in self._run(request, sampling, request_id, replica_hint, timeout_s, adapter_version):
                 yield event
         finally:
             self.active -= 1
@@ -133,7 +140,11 @@ class Pipeline:
         request_id: str,
         replica_hint: str | None,
         timeout_s: float | None,
+        adapter_version: str | None = None,
     ) -> AsyncIterator[Event]:
+        s = self.profile.settings
+        version = (s.adapter_version or "") if adapter_version is None else adapter_version
+        lora_path = f"{s.adapter}@{version}" if version else s.adapter
         plan = plan_output(request, self.profile)
         ids = await asyncio.to_thread(self.prompt_ids, request)  # long prompts: keep the loop free
         params = resolve_sampling(
@@ -152,15 +163,22 @@ class Pipeline:
             stream = self.engines.client(url).generate_stream(
                 input_ids=ids,
                 sampling_params=params,
-                lora_path=self.profile.lora_path,
+                lora_path=lora_path,
                 rid=f"{request_id}-{uuid.uuid4().hex[:8]}",
                 timeout=remaining,
             )
             started = False
+            # the engine hop's span (client side: the engine is SGLang's or ours, spans or not)
+            span = telemetry.tracer(__name__).start_span("engine.generate", kind=trace.SpanKind.CLIENT, attributes={
+                "engine.url": url, "adapter.lora_path": lora_path, "adapter.version": version})
             try:
                 with self.picker.track(url):
-                    async for event in self._consume(stream, url, request, plan, params):
+                    async for event in self._consume(stream, url, request, plan, params, version):
                         started = True
+                        if isinstance(event, Done):
+                            span.set_attribute("usage.prompt_tokens", event.usage.prompt_tokens)
+                            span.set_attribute("usage.completion_tokens", event.usage.completion_tokens)
+                            span.set_attribute("usage.cached_tokens", event.usage.cached_tokens)
                         yield event
                 return
             except EngineUnavailableError as exc:
@@ -182,17 +200,18 @@ class Pipeline:
             except EngineClientError as exc:
                 raise UnavailableError(f"engine replica {url} failed: {exc.message}") from exc
             finally:
+                span.end()
                 await stream.aclose()
 
     async def _consume(
-        self, stream: AsyncIterator[StreamChunk], url: str, request: ChatRequest, plan: OutputPlan, params: dict[str, Any]
+        self, stream: AsyncIterator[StreamChunk], url: str, request: ChatRequest, plan: OutputPlan, params: dict[str, Any],
+        version: str = "",
     ) -> AsyncIterator[Event]:
         parser = self.profile.parser
         text, emitted, last = "", 0, None
         async for chunk in stream:
             if last is None:  # the replica answered: announce the route (a failed attempt never is)
-                s = self.profile.settings
-                yield RouteInfo(adapter=s.adapter, adapter_version=s.adapter_version or "", replica=url)
+                yield RouteInfo(adapter=self.profile.settings.adapter, adapter_version=version, replica=url)
             text, last = chunk.text, chunk
             if plan.mode in ("text", "json") and chunk.delta:
                 yield TextDelta(chunk.delta)

@@ -133,6 +133,9 @@ class SpecialistServer:
 
 async def serve(settings: MacaronSettings, names: list[str], ports: dict[str, int] | None = None) -> None:
     """Serves `names` until SIGTERM/SIGINT, then drains every server together."""
+    from macaron import telemetry
+
+    telemetry.setup_tracing_from(settings.telemetry, "macaron-specialist")
     pipelines = build_pipelines(settings, names)
     spec = settings.specialists
     servers = [

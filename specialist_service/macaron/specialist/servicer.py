@@ -103,7 +103,11 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
                 request_id=request_id,
                 replica_hint=request.engine_replica_hint or None,
                 timeout_s=context.time_remaining(),
+                # the router's version choice (route.adapter set): obeyed, "" being the unversioned adapter
+                adapter_version=request.route.adapter_version if request.route.adapter else None,
             )
+            if request.route.adapter:
+                span.set_attribute("adapter.version", request.route.adapter_version)
             async for event in events:
                 if not first_chunk_seen and isinstance(event, (TextDelta, ToolCalls)):
                     first_chunk_seen = True

@@ -1,0 +1,70 @@
+"""Settings of adapter versions on the router (`router.lifecycle`): admin access, checks, rollback.
+
+Importing this module stays light (pydantic only): the configuration imports it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from macaron.auth.settings import ApiKeyEntry
+
+
+class AutoRollbackSettings(BaseModel):
+    """While a canary runs, its error rate and TTFT p95 are compared with stable's over a sliding window.
+
+    The canary is rolled back (and the reason recorded in the history) when, with at least
+    `min_requests` canary requests in the window, its error rate exceeds stable's by more than
+    `max_error_rate_increase`, or its TTFT p95 exceeds `max_ttft_p95_ratio` times stable's
+    (stable's p95 taken as at least `ttft_floor_s`, so noise on a fast stable does not trip it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Roll a canary back by itself when it is worse than stable.")
+    window_s: float = Field(60.0, description="Sliding window of the comparison, in seconds.")
+    min_requests: int = Field(10, description="Canary requests needed in the window before it is judged.")
+    max_error_rate_increase: float = Field(
+        0.05, description="Rolled back when canary error rate - stable error rate exceeds this (0.05 = 5 points)."
+    )
+    max_ttft_p95_ratio: float = Field(
+        2.0, description="Rolled back when the canary's TTFT p95 exceeds this times stable's."
+    )
+    ttft_floor_s: float = Field(0.05, description="Stable's TTFT p95 is taken as at least this in the ratio.")
+    check_s: float = Field(1.0, description="How often the window is evaluated.")
+
+
+class LifecycleSettings(BaseModel):
+    """Adapter versions: the admin service, load checks, draining before unload, automatic rollback."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    admin_keys: list[ApiKeyEntry] = Field(
+        default_factory=list,
+        description="Keys accepted by the AdapterAdmin gRPC service (hashes, as auth.api_keys); without any, "
+        "the admin service answers only on a loopback router address.",
+    )
+    inventory_refresh_s: float = Field(
+        1.0, description="How often each replica's loaded adapters are read from its /v1/models."
+    )
+    engine_timeout_s: float = Field(30.0, description="Deadline of one load, unload or check call to an engine.")
+    check_max_new_tokens: int = Field(
+        2, description="Tokens generated with a freshly loaded version to check that it answers before it takes traffic."
+    )
+    unload_idle_s: float = Field(
+        2.0, description="Unload waits until no request has used the version for this long (and none is in flight)."
+    )
+    unload_timeout_s: float = Field(
+        120.0, description="Unload gives up (the version stays loaded, retiring) if it is still used after this long."
+    )
+    usage_heartbeat_s: float = Field(1.0, description="How often a router republishes its per-version usage.")
+    usage_stale_s: float = Field(10.0, description="Usage of a router silent this long no longer counts.")
+    gate_margin: float = Field(
+        0.02, description="Promotion gate: a new version is refused when its eval score is below stable's by more."
+    )
+    gate_scorer: str = Field(
+        "", description="Promotion gate scorer as module:function (higher is better); empty: no gate."
+    )
+    auto_rollback: AutoRollbackSettings = Field(
+        default_factory=AutoRollbackSettings, description="Automatic rollback of a bad canary."
+    )
