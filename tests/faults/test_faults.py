@@ -150,11 +150,12 @@ def test_router_replica_killed_behind_the_gateway(fault_stack: FaultStack) -> No
     assert first.status_code == 200
     report = load(fault_stack, concurrency=2, duration_s=4.0, during=lambda: kill(fault_stack.routers[0]))
     assert report.completed >= report.sent * 0.7, counts(report)
+    assert set(report.errors()) <= {"stream_error:unavailable", "http_503"}, counts(report)  # clear, never hangs
     after = [chat(fault_stack, session, "And now make it sort in reverse order.") for _ in range(3)]
     assert all(r.status_code == 200 for r in after)
     assert after[-1].headers["x-macaron-route-reason"] == "session"  # the session lives in the shared store
     assert after[-1].headers["x-macaron-specialist"] == first.headers["x-macaron-specialist"]
-    fault_stack.restart_router(0)
+    # Router 0 stays down (a restart costs ~20 s of a busy 2-core machine): the later tests go through router 1.
 
 
 def test_specialist_replica_killed_pool_serves_on(fault_stack: FaultStack) -> None:
