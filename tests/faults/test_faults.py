@@ -17,7 +17,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2
 
-from faults.conftest import FaultStack, kill
+from faults.stack import FaultStack, kill
 from macaron.loadgen import LoadConfig, LoadReport, run_load
 from macaron.loadgen.workload import load_dev_prompts, Workload
 
