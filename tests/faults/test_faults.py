@@ -92,6 +92,16 @@ def test_steady_load_hits_every_specialist(fault_stack: FaultStack) -> None:
     assert summary["cached_token_share"] > 0  # shared system prompts and growing history hit the prefix cache
 
 
+def test_load_over_grpc_through_the_sdk(fault_stack: FaultStack) -> None:
+    cfg = LoadConfig(fault_stack.router_targets[1], transport="grpc", concurrency=2, duration_s=2.0, max_requests=50,
+                     timeout_s=DEADLINE_S, max_tokens=8, turns=2)
+    report = asyncio.run(run_load(cfg, workload=Workload(PROMPTS, turns=2)))
+    print(counts(report))
+    assert report.sent > 0 and report.completed == report.sent, counts(report)
+    assert all(r.ttft_s is not None and r.specialist for r in report.results)
+    assert any(r.cached_tokens > 0 for r in report.results)
+
+
 def test_overload_gets_429_with_retry_after_and_accepted_requests_complete(fault_stack: FaultStack) -> None:
     report = load(fault_stack, rate=60.0, duration_s=2.5, max_tokens=48, turns=1, max_requests=150)
     rejected = [r for r in report.results if r.outcome == "http_429"]
