@@ -8,7 +8,6 @@ in time; the order matters only in that each test repairs what it broke.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from grpc_health.v1 import health_pb2
 
 from faults.stack import FaultStack, kill
 from macaron.loadgen import LoadConfig, LoadReport, run_load
-from macaron.loadgen.workload import load_dev_prompts, Workload
+from macaron.loadgen.workload import Workload, load_dev_prompts
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -200,3 +199,16 @@ def test_engine_replica_killed_and_restarted(fault_stack: FaultStack) -> None:
 
     took = wait_for(served_by_restarted, 60, "traffic on the restarted engine")
     print(f"traffic back on the restarted engine {took:.2f} s after it was healthy")
+
+
+def test_loadtest_command_against_the_gateway(fault_stack: FaultStack, tmp_path, capsys) -> None:
+    from macaron.cli import main
+
+    out = tmp_path / "load.json"
+    code = main(["loadtest", "--url", fault_stack.gateway_url, "--concurrency", "1", "--duration", "1.5",
+                 "--max-tokens", "4", "--timeout", str(DEADLINE_S), "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "closed loop x1 over rest" in printed and "route mix:" in printed
+    summary = __import__("json").loads(out.read_text())["summary"]
+    assert summary["sent"] >= 1 and summary["lost"] == 0 and summary["completed"] == summary["sent"]
