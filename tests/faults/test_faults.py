@@ -20,7 +20,7 @@ from faults.stack import FaultStack, kill
 from macaron.loadgen import LoadConfig, LoadReport, run_load
 from macaron.loadgen.workload import Workload, load_dev_prompts
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 DEADLINE_S = 30.0
 STORE_HEALTH = "macaron.v1.Router/store"
