@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "macaron.gateway.cli",
     "macaron.serve_cli",
     "macaron.adapters_cli",
+    "macaron.loadgen.cli",
 )
 
 

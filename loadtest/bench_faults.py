@@ -1,0 +1,207 @@
+"""Benchmark of the stack under overload and faults: nothing lost, back-pressure instead of collapse.
+
+    python loadtest/bench_faults.py --quick    # under three minutes on a busy 2-core machine
+    python loadtest/bench_faults.py            # longer phases
+
+Starts the fault suite's stack on loopback (two engine replicas, two specialist replicas per
+pool, two routers sharing a redis-server of its own, the gateway in front; tiny model) and runs
+the load generator (`macaron.loadgen`) through four phases:
+
+1. steady: closed-loop multi-turn sessions (the baseline);
+2. overload: open-loop arrivals far beyond capacity: the share answered 429 (with Retry-After)
+   and the p99 end-to-end latency of the accepted requests;
+3. engine kill: one engine replica SIGKILLed under load and restarted at once; recovery is the
+   time from the kill until a request is served by the restarted replica again;
+4. Redis kill: Redis SIGKILLed under load (routing goes on, degraded) and restarted; recovery
+   is the time from the restart until every router reports its store healthy and a session
+   is in the new Redis.
+
+Every phase counts requests sent, completed, failed with a clear error, and lost (no answer by
+the deadline). Peak RSS is the largest sum of the stack's processes' resident memory sampled
+during the run. Human-readable lines go to stderr; the last line on stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the fault suite's stack helpers
+
+from faults.stack import FaultStack, kill, stack_pids, start_fault_stack, stop_fault_stack  # noqa: E402
+from macaron.loadgen import LoadConfig, LoadReport, run_load  # noqa: E402
+from macaron.loadgen.report import percentile  # noqa: E402
+from macaron.loadgen.workload import Workload, load_dev_prompts  # noqa: E402
+
+DEADLINE_S = 30.0
+STORE_HEALTH = "macaron.v1.Router/store"
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+class MemorySampler(threading.Thread):
+    """Samples the stack's summed RSS every 0.25 s; keeps the peak."""
+
+    def __init__(self, stack: FaultStack) -> None:
+        super().__init__(daemon=True)
+        self.stack = stack
+        self.peak_mb = 0.0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.peak_mb = max(self.peak_mb, rss_mb(stack_pids(self.stack)))
+            self._halt.wait(0.25)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(2)
+
+
+def load(stack: FaultStack, prompts, *, fault=None, at_s: float = 1.0, **options) -> LoadReport:
+    cfg = LoadConfig(stack.gateway_url, **{"timeout_s": DEADLINE_S, "max_tokens": 8, "turns": 2, "max_requests": 400, **options})
+
+    async def main() -> LoadReport:
+        task = asyncio.create_task(run_load(cfg, workload=Workload(prompts, turns=cfg.turns, seed=cfg.seed)))
+        if fault is not None:
+            await asyncio.sleep(at_s)
+            await asyncio.to_thread(fault)
+        return await task
+
+    return asyncio.run(main())
+
+
+def wait_for(condition, timeout: float) -> float | None:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            if condition():
+                return time.monotonic() - start
+        except Exception:  # noqa: BLE001 - the part is still coming back
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def store_serving(target: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        status = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=STORE_HEALTH), timeout=2.0).status
+    return status == health_pb2.HealthCheckResponse.SERVING
+
+
+def served_by(stack: FaultStack, engine_url: str) -> bool:
+    from macaron.sdk import MacaronClient
+
+    with MacaronClient(stack.router_targets[1], timeout=DEADLINE_S, max_retries=0) as client:
+        result = client.chat.create(messages=[{"role": "system", "content": uuid.uuid4().hex},
+                                              {"role": "user", "content": "hello there"}], max_tokens=2)
+    return result.route.replica.rstrip("/") == engine_url
+
+
+def line(name: str, report: LoadReport) -> None:
+    s = report.summary()
+    say(f"{name:<10} sent {s['sent']:>4}  completed {s['completed']:>4}  clear errors {s['clear_errors']:>4}  "
+        f"lost {s['lost']}  e2e p50/p99 {s['e2e']['p50_ms']}/{s['e2e']['p99_ms']} ms  errors {s['errors']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="Short phases (under three minutes).")
+    args = parser.parse_args()
+    scale = 1.0 if args.quick else 3.0
+
+    from macaron.assets import ensure_tiny_model
+
+    say("building the tiny model (cached after the first run) ...")
+    assets = ensure_tiny_model(progress=False)
+    prompts = load_dev_prompts()
+    workdir = Path(tempfile.mkdtemp(prefix="macaron-bench-faults-"))
+    say("starting the stack: 2 engines, 2 specialist replicas per pool, 2 routers, Redis, gateway ...")
+    started = time.monotonic()
+    stack = start_fault_stack(workdir, assets.model_dir, dict(assets.adapters))
+    say(f"stack ready in {time.monotonic() - started:.1f} s")
+    sampler = MemorySampler(stack)
+    sampler.start()
+    reports: dict[str, LoadReport] = {}
+    result: dict[str, object] = {}
+    try:
+        reports["steady"] = load(stack, prompts, concurrency=3, duration_s=4.0 * scale)
+        line("steady", reports["steady"])
+
+        reports["overload"] = load(stack, prompts, rate=60.0, duration_s=3.0 * scale, max_tokens=48, turns=1)
+        line("overload", reports["overload"])
+        over = reports["overload"]
+        accepted = [r.e2e_s for r in over.results if r.ok and r.e2e_s is not None]
+        result["overload_429_share"] = round(sum(r.outcome == "http_429" for r in over.results) / max(over.sent, 1), 3)
+        p99 = percentile(accepted, 99)
+        result["overload_p99_ms_accepted"] = round(p99 * 1000, 1) if p99 is not None else None
+
+        engine0 = stack.engine_urls[0]
+
+        def crash_engine() -> None:
+            """Kill, restart at once, and time (while the load goes on) until the replica serves again."""
+            killed_at = time.monotonic()
+            kill(stack.engines[0])
+            stack.restart_engine(0, wait=False)
+            back = wait_for(lambda: served_by(stack, engine0), 120)
+            result["engine_kill_recovery_s"] = round(time.monotonic() - killed_at, 2) if back is not None else None
+
+        reports["engine"] = load(stack, prompts, concurrency=3, duration_s=5.0 * scale, fault=crash_engine)
+        line("engine", reports["engine"])
+
+        def crash_redis() -> None:
+            """Kill, restart a second later, and time until every router's store is healthy and sessions are back."""
+            stack.redis.kill()
+            time.sleep(1.0 * scale)
+            stack.redis.start()
+            restarted_at = time.monotonic()
+            healthy = wait_for(lambda: all(store_serving(t) for t in stack.router_targets)
+                               and any(b"session:" in k for k in stack.redis.client().scan_iter(count=1000)), 60)
+            result["redis_kill_recovery_s"] = round(time.monotonic() - restarted_at, 2) if healthy is not None else None
+
+        reports["redis"] = load(stack, prompts, concurrency=3, duration_s=4.0 * scale, fault=crash_redis)
+        line("redis", reports["redis"])
+    finally:
+        sampler.stop()
+        stop_fault_stack(stack)
+    totals = {
+        "requests": sum(r.sent for r in reports.values()),
+        "completed": sum(r.completed for r in reports.values()),
+        "clear_errors": sum(r.clear_errors for r in reports.values()),
+        "lost": sum(r.lost for r in reports.values()),
+    }
+    out = {**totals, **result, "peak_rss_mb": round(sampler.peak_mb, 1),
+           "phases": {name: {k: r.summary()[k] for k in ("sent", "completed", "clear_errors", "lost", "errors")}
+                      for name, r in reports.items()}}
+    print(json.dumps(out))
+    return 0 if totals["lost"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

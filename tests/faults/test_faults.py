@@ -1,0 +1,214 @@
+"""Faults under load: overload, clients that leave, Redis, a router, a specialist and an engine dying.
+
+For every fault the load generator counts requests sent, completed, failed with a clear error and
+lost (no answer by the deadline); lost is always 0. Loads are small (a 2-core machine) and bounded
+in time; the order matters only in that each test repairs what it broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2
+
+from faults.stack import FaultStack, kill
+from macaron.loadgen import LoadConfig, LoadReport, run_load
+from macaron.loadgen.workload import Workload, load_dev_prompts
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+DEADLINE_S = 30.0
+STORE_HEALTH = "macaron.v1.Router/store"
+
+
+def counts(report: LoadReport) -> dict[str, object]:
+    return {"sent": report.sent, "completed": report.completed, "clear_errors": report.clear_errors,
+            "lost": report.lost, "errors": report.errors()}
+
+
+def load(stack: FaultStack, *, during: Callable[[], None] | None = None, at_s: float = 1.0, **config: object) -> LoadReport:
+    """A bounded REST load against the gateway; `during` runs in a thread `at_s` seconds in (the fault)."""
+    options = {"duration_s": 4.0, "max_requests": 200, "timeout_s": DEADLINE_S, "max_tokens": 8, "turns": 2, **config}
+    if "rate" not in options and "concurrency" not in options:
+        options["concurrency"] = 3
+    cfg = LoadConfig(stack.gateway_url, **options)  # type: ignore[arg-type]
+
+    async def main() -> LoadReport:
+        task = asyncio.create_task(run_load(cfg, workload=Workload(PROMPTS, turns=cfg.turns, seed=cfg.seed)))
+        if during is not None:
+            await asyncio.sleep(at_s)
+            await asyncio.to_thread(during)
+        return await task
+
+    report = asyncio.run(main())
+    print(counts(report))
+    assert report.lost == 0, counts(report)
+    assert report.sent > 0
+    return report
+
+
+PROMPTS = load_dev_prompts()
+
+
+def router_store_status(target: str) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=STORE_HEALTH), timeout=2.0).status
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Polls until `condition` holds; returns the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            if condition():
+                return time.monotonic() - start
+        except Exception:  # noqa: BLE001 - a part still down answers with errors until it is back
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def chat(stack: FaultStack, session_id: str, text: str, **extra: object) -> httpx.Response:
+    body = {"model": "macaron-auto", "max_tokens": 4, "messages": [{"role": "user", "content": text}], **extra}
+    return httpx.post(stack.gateway_url + "/v1/chat/completions", json=body, headers={"x-session-id": session_id},
+                      timeout=DEADLINE_S)
+
+
+def test_steady_load_hits_every_specialist(fault_stack: FaultStack) -> None:
+    report = load(fault_stack, concurrency=2, duration_s=4.0)
+    summary = report.summary()
+    assert report.completed == report.sent, counts(report)
+    assert set(summary["route_mix"]) == {"agent", "chat", "code", "ui"}, summary["route_mix"]
+    assert summary["cached_token_share"] > 0  # shared system prompts and growing history hit the prefix cache
+
+
+def test_load_over_grpc_through_the_sdk(fault_stack: FaultStack) -> None:
+    cfg = LoadConfig(fault_stack.router_targets[1], transport="grpc", concurrency=2, duration_s=2.0, max_requests=50,
+                     timeout_s=DEADLINE_S, max_tokens=8, turns=2)
+    report = asyncio.run(run_load(cfg, workload=Workload(PROMPTS, turns=2)))
+    print(counts(report))
+    assert report.sent > 0 and report.completed == report.sent, counts(report)
+    assert all(r.ttft_s is not None and r.specialist for r in report.results)
+    assert any(r.cached_tokens > 0 for r in report.results)
+
+
+def test_overload_gets_429_with_retry_after_and_accepted_requests_complete(fault_stack: FaultStack) -> None:
+    report = load(fault_stack, rate=60.0, duration_s=2.5, max_tokens=48, turns=1, max_requests=150)
+    rejected = [r for r in report.results if r.outcome == "http_429"]
+    assert rejected, f"no back-pressure at 60 req/s: {counts(report)}"
+    assert all(r.retry_after_s and r.retry_after_s >= 1 for r in rejected)
+    assert {r.outcome for r in report.results} <= {"ok", "http_429"}, counts(report)
+    assert fault_stack.gateway.proc.poll() is None
+
+
+def test_clients_leaving_mid_stream_stop_the_engine_work(fault_stack: FaultStack) -> None:
+    body = {"model": "macaron-auto", "max_tokens": 1500, "stream": True,
+            "messages": [{"role": "user", "content": "Tell me a very long story about the sea."}]}
+    clients = [httpx.Client(base_url=fault_stack.gateway_url, timeout=DEADLINE_S) for _ in range(4)]
+    streams = [c.stream("POST", "/v1/chat/completions", json=body, headers={"x-session-id": uuid.uuid4().hex})
+               for c in clients]
+    responses = [s.__enter__() for s in streams]
+    lines = [response.iter_lines() for response in responses]  # one iterator each: dropping one closes the stream
+    try:
+        for response, it in zip(responses, lines):
+            assert response.status_code == 200
+            next(line for line in it if '"content":"' in line and '"content":""' not in line)  # a first token
+        wait_for(lambda: fault_stack.engine_running() >= len(responses), 5.0, "every stream running in the engines")
+    finally:
+        for client in clients:
+            client.close()  # the connections go away mid-stream
+    took = wait_for(lambda: fault_stack.engine_running() == 0, 5.0, "engine work after clients left")
+    print(f"engine running count back to 0 in {took:.2f} s")
+    assert took <= 1.0
+
+
+def test_redis_killed_and_restarted(fault_stack: FaultStack) -> None:
+    redis_server = fault_stack.redis
+    redis_server.kill()
+    try:
+        report = load(fault_stack, concurrency=2, duration_s=3.0)
+        assert report.completed == report.sent, counts(report)  # routing continues, degraded
+        for target in fault_stack.router_targets:
+            wait_for(lambda t=target: router_store_status(t) == health_pb2.HealthCheckResponse.NOT_SERVING, 10,
+                     "router health reporting the store")
+    finally:
+        redis_server.start()
+    for target in fault_stack.router_targets:
+        took = wait_for(lambda t=target: router_store_status(t) == health_pb2.HealthCheckResponse.SERVING, 20,
+                        "router health after Redis returned")
+        print(f"router {target} store healthy again after {took:.2f} s")
+    session = "fault-redis-" + uuid.uuid4().hex[:8]
+    assert chat(fault_stack, session, "Write a Python function that reverses a list.").status_code == 200
+    # The restarted Redis starts empty; the session (keyed by a digest of its id) is written there again.
+    wait_for(lambda: any(b"session:" in k for k in redis_server.client().scan_iter(count=1000)),
+             5, "the session written to the restarted Redis")
+
+
+def test_router_replica_killed_behind_the_gateway(fault_stack: FaultStack) -> None:
+    session = "fault-router-" + uuid.uuid4().hex[:8]
+    first = chat(fault_stack, session, "Write a Python function that sorts a dict by value.")
+    assert first.status_code == 200
+    report = load(fault_stack, concurrency=2, duration_s=4.0, during=lambda: kill(fault_stack.routers[0]))
+    assert report.completed >= report.sent * 0.7, counts(report)
+    assert set(report.errors()) <= {"stream_error:unavailable", "http_503"}, counts(report)  # clear, never hangs
+    after = [chat(fault_stack, session, "And now make it sort in reverse order.") for _ in range(3)]
+    assert all(r.status_code == 200 for r in after)
+    assert after[-1].headers["x-macaron-route-reason"] == "session"  # the session lives in the shared store
+    assert after[-1].headers["x-macaron-specialist"] == first.headers["x-macaron-specialist"]
+    # Router 0 stays down (a restart costs ~20 s of a busy 2-core machine): the later tests go through router 1.
+
+
+def test_specialist_replica_killed_pool_serves_on(fault_stack: FaultStack) -> None:
+    report = load(fault_stack, concurrency=3, duration_s=4.0, during=lambda: kill(fault_stack.specialists[1]))
+    assert report.completed >= report.sent * 0.8, counts(report)
+    assert set(report.summary()["route_mix"]) == {"agent", "chat", "code", "ui"}
+    late = [r for r in report.results if r.start_s > 2.5]
+    assert late and all(r.ok for r in late), counts(report)  # once it is gone, every pool serves from replica A
+    fault_stack.restart_specialists(1)
+
+
+def test_engine_replica_killed_and_restarted(fault_stack: FaultStack) -> None:
+    engine0 = fault_stack.engine_urls[0]
+
+    def crash_and_restart() -> None:
+        kill(fault_stack.engines[0])
+        fault_stack.restart_engine(0, wait=False)
+
+    report = load(fault_stack, concurrency=3, duration_s=5.0, during=crash_and_restart)
+    bad = {k for k in report.errors() if not k.startswith(("http_5", "stream_error", "http_429"))}
+    assert not bad, counts(report)  # failures are clear HTTP statuses or error events, never hangs
+    assert report.completed > 0
+    wait_for(lambda: httpx.get(engine0 + "/health", timeout=2).status_code == 200, 120, "restarted engine")
+
+    from macaron.sdk import MacaronClient
+
+    def served_by_restarted() -> bool:
+        with MacaronClient(fault_stack.router_targets[1], timeout=DEADLINE_S) as client:
+            result = client.chat.create(messages=[{"role": "system", "content": uuid.uuid4().hex},
+                                                  {"role": "user", "content": "hello there"}], max_tokens=2)
+        return result.route.replica.rstrip("/") == engine0
+
+    took = wait_for(served_by_restarted, 60, "traffic on the restarted engine")
+    print(f"traffic back on the restarted engine {took:.2f} s after it was healthy")
+
+
+def test_loadtest_command_against_the_gateway(fault_stack: FaultStack, tmp_path, capsys) -> None:
+    from macaron.cli import main
+
+    out = tmp_path / "load.json"
+    code = main(["loadtest", "--url", fault_stack.gateway_url, "--concurrency", "1", "--duration", "1.5",
+                 "--max-tokens", "4", "--timeout", str(DEADLINE_S), "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "closed loop x1 over rest" in printed and "route mix:" in printed
+    summary = __import__("json").loads(out.read_text())["summary"]
+    assert summary["sent"] >= 1 and summary["lost"] == 0 and summary["completed"] == summary["sent"]
