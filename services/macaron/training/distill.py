@@ -15,6 +15,7 @@ from typing import Any
 
 from macaron.training.batch import generate_all, open_engine
 from macaron.training.examples import TrainingExample, write_examples
+from macaron.training.lora_train import base_label
 from macaron.training.tasks import MAX_NEW_TOKENS, SpecialistTask
 
 
@@ -44,7 +45,7 @@ def distill(
 ) -> dict[str, Any]:
     """Writes `<out_dir>/<name>.jsonl` per task and `provenance.json`; returns the provenance."""
     engine = open_engine(model_dir)
-    provenance: dict[str, Any] = {"base": Path(model_dir).name, "seed": seed, "specialists": {}}
+    provenance: dict[str, Any] = {"base": base_label(Path(model_dir)), "seed": seed, "specialists": {}}
     for task in tasks:
         prompts = sample_prompts(task.name, per_specialist, seed=seed)
         tools = [task.tools(text, seed=index) for index, (text, _) in enumerate(prompts)]

@@ -89,6 +89,7 @@ def train_adapter(
 ) -> TrainResult:
     """Trains one LoRA on `data_path` and writes a PEFT directory with a card to `out_dir`."""
     examples = read_examples(data_path)  # bad data fails before the heavy imports
+    data_sha256 = file_sha256(data_path)
     import torch
     from peft import LoraConfig, get_peft_model
     from tqdm.auto import tqdm
@@ -147,7 +148,7 @@ def train_adapter(
         final_loss=round(_mean(losses[-10:]), 4),
         seconds=round(time.perf_counter() - started, 1),
         adapter_bytes=sum(p.stat().st_size for p in out_dir.glob("*.safetensors")),
-        data_sha256=file_sha256(data_path),
+        data_sha256=data_sha256,
         config={**asdict(config), "target_modules": list(config.target_modules)},
     )
     write_card(out_dir, name, base_dir, result)
