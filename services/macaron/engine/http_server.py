@@ -300,7 +300,7 @@ class EngineServer:
             "context_length": self.context_length(),
             "enable_lora": True,
             "loaded_adapters": self.engine.loaded_adapters(),
-            "memory_usage": dataclasses.asdict(memory),
+            "memory_usage": {**dataclasses.asdict(memory), "total_bytes": memory.total_bytes},
             "internal_states": [dataclasses.asdict(self.engine.stats())],
             "status": self.status,
             "startup_time": self.started_at,
