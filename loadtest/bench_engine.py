@@ -176,12 +176,15 @@ def matmul_peak(weights: list[torch.Tensor], batch: int, repeats: int, best: dic
 # --- 2. grouped LoRA scaling -------------------------------------------------------------------
 def lora_sweep(
     eng: LLMEngine, model_dir: Path, prompts: list[list[int]], new_tokens: int, repeats: int, workdir: Path,
-    ranks: tuple[int, ...] = (8, 16, 64), counts: tuple[int, ...] = (1, 2, 4, 8),
-) -> dict[str, float]:
+    base_bytes: int, ranks: tuple[int, ...] = (8, 16, 64), counts: tuple[int, ...] = (1, 2, 4, 8),
+) -> tuple[dict[str, float], dict[str, float]]:
     """mixed/base for `counts` distinct adapters at each rank: best mixed over best base, base timed
     before and after each round so that load from elsewhere on the machine skews both alike."""
     batch = len(prompts)
     out: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    """Decode at batch 16 reads every weight once per step: a step that also reads c adapters'
+    weights can at best run base_bytes / (base_bytes + c adapters' bytes) as fast."""
     for rank in ranks:
         paths = write_random_adapters(model_dir, workdir / f"r{rank}", count=max(counts), rank=rank, seed=rank)
         names = [f"sweep-{n}" for n in paths]
@@ -195,11 +198,13 @@ def lora_sweep(
                 rows = [names[j % c] for j in range(batch)]
                 best[c] = max(best[c], engine_decode_tps(eng, prompts, rows, new_tokens))
             base = max(base, engine_decode_tps(eng, prompts, [None] * batch, new_tokens))
+        one = eng.lora.adapters[names[0]].nbytes
         for c in counts:
             out[f"r{rank}_x{c}"] = round(best[c] / base, 3)
+            bound[f"r{rank}_x{c}"] = round(base_bytes / (base_bytes + c * one), 3)
         for name in names:
             eng.unload_adapter(name)
-    return out
+    return out, bound
 
 
 # --- 4. the machine's ceilings --------------------------------------------------------------------
@@ -344,7 +349,10 @@ def main() -> None:
     bar.update()
 
     phase("lora sweep")
-    sweep = {} if a.no_sweep else lora_sweep(eng, model_dir, prompts, new_tokens, sweep_repeats, workdir / "sweep")
+    weight_bytes = sum(w.nbytes for w in weights)
+    sweep, sweep_bound = ({}, {}) if a.no_sweep else lora_sweep(
+        eng, model_dir, prompts, new_tokens, sweep_repeats, workdir / "sweep", weight_bytes
+    )
     bar.update()
 
     phase("ttft")
@@ -404,6 +412,7 @@ def main() -> None:
         "mixed_over_base_8_adapters": sweep.get("r64_x8"),
         "mixed_over_base_rank64": sweep.get("r64_x4"),
         "lora_sweep_mixed_over_base": sweep or None,
+        "lora_sweep_bandwidth_bound": sweep_bound or None,
         "ttft_uncached_ms": round(tt["uncached_s"] * 1e3, 1),
         "ttft_cached_ms": round(tt["cached_s"] * 1e3, 1),
         "ttft_cached_over_uncached": round(tt["cached_s"] / tt["uncached_s"], 3),
@@ -454,7 +463,8 @@ def main() -> None:
     ]
     for key, ratio in sweep.items():
         rank, count = key[1:].split("_x")
-        rows.append((f"  grouped LoRA r{rank}, {count} adapters", f"{ratio:.3f}", "mixed / base, same round"))
+        rows.append((f"  grouped LoRA r{rank}, {count} adapters", f"{ratio:.3f}",
+                     f"mixed / base; weight bytes allow at most {sweep_bound[key]:.3f}"))
     rows += [
         ("TTFT uncached", f"{r['ttft_uncached_ms']:.1f} ms", f"{ttft_len}-token prompt, median of {ttft_repeats}"),
         ("TTFT cached", f"{r['ttft_cached_ms']:.1f} ms", f"same prompt again, {tt['cached_tokens']} tokens from cache"),
