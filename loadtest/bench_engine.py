@@ -277,6 +277,7 @@ def main() -> None:
     ap.add_argument("--ttft-repeats", type=int, help="distinct TTFT prompts (default 5; --quick 3)")
     ap.add_argument("--no-peft", action="store_true", help="skip the transformers + PEFT run")
     ap.add_argument("--no-sweep", action="store_true", help="skip the grouped-LoRA sweep (ranks x adapter counts)")
+    ap.add_argument("--no-ttft", action="store_true", help="skip the prefix-cache TTFT phase")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"), help="llama.cpp server binary to compare with")
     ap.add_argument("--llama-cpp-dir", default=os.environ.get("LLAMA_CPP_DIR"),
                     help="llama.cpp source tree (its convert_hf_to_gguf.py / convert_lora_to_gguf.py)")
@@ -356,7 +357,12 @@ def main() -> None:
     bar.update()
 
     phase("ttft")
-    tt = ttft_phase(eng, ttft_len, names[0], ttft_repeats)
+    nan = float("nan")
+    tt = (
+        {"uncached_s": nan, "cached_s": nan, "cached_tokens": 0, "prompt_len": 0}
+        if a.no_ttft
+        else ttft_phase(eng, ttft_len, names[0], ttft_repeats)
+    )
     bar.update()
 
     phase("ceilings")
@@ -413,9 +419,9 @@ def main() -> None:
         "mixed_over_base_rank64": sweep.get("r64_x4"),
         "lora_sweep_mixed_over_base": sweep or None,
         "lora_sweep_bandwidth_bound": sweep_bound or None,
-        "ttft_uncached_ms": round(tt["uncached_s"] * 1e3, 1),
-        "ttft_cached_ms": round(tt["cached_s"] * 1e3, 1),
-        "ttft_cached_over_uncached": round(tt["cached_s"] / tt["uncached_s"], 3),
+        "ttft_uncached_ms": None if a.no_ttft else round(tt["uncached_s"] * 1e3, 1),
+        "ttft_cached_ms": None if a.no_ttft else round(tt["cached_s"] * 1e3, 1),
+        "ttft_cached_over_uncached": None if a.no_ttft else round(tt["cached_s"] / tt["uncached_s"], 3),
         "ttft_prompt_tokens": tt["prompt_len"],
         "ttft_cached_tokens": tt["cached_tokens"],
         "gemm_peak_gflop_s": round(gemm / 1e9, 2),
@@ -466,9 +472,9 @@ def main() -> None:
         rows.append((f"  grouped LoRA r{rank}, {count} adapters", f"{ratio:.3f}",
                      f"mixed / base; weight bytes allow at most {sweep_bound[key]:.3f}"))
     rows += [
-        ("TTFT uncached", f"{r['ttft_uncached_ms']:.1f} ms", f"{ttft_len}-token prompt, median of {ttft_repeats}"),
-        ("TTFT cached", f"{r['ttft_cached_ms']:.1f} ms", f"same prompt again, {tt['cached_tokens']} tokens from cache"),
-        ("  cached / uncached", f"{r['ttft_cached_over_uncached']:.3f}", ""),
+        ("TTFT uncached", f"{tt['uncached_s'] * 1e3:.1f} ms", f"{ttft_len}-token prompt, median of {ttft_repeats}"),
+        ("TTFT cached", f"{tt['cached_s'] * 1e3:.1f} ms", f"same prompt again, {tt['cached_tokens']} tokens from cache"),
+        ("  cached / uncached", f"{tt['cached_s'] / tt['uncached_s']:.3f}", "skipped (--no-ttft)" if a.no_ttft else ""),
         ("fp32 GEMM peak", f"{r['gemm_peak_gflop_s']:.2f} GFLOP/s", "2048^3 matmul, best of 10: the compute ceiling"),
         ("copy bandwidth", f"{r['copy_bandwidth_gb_s']:.2f} GB/s", "256 MiB STREAM-style copy (read + write), best of 10"),
         ("same matmuls alone", f"{r['matmul_peak_gflop_s']:.2f} GFLOP/s",
