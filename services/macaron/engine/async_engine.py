@@ -2,9 +2,10 @@
 
 `submit_async` tokenises, validates and compiles any grammar in a small worker pool (never on
 the event loop: a new JSON schema takes long enough to stall every stream and /health), then
-drops the prepared request into an inbox; the engine thread drains the inbox between steps (adds, aborts, adapter commands), steps while
-there is work and hands each step's outputs to asyncio with one call_soon_threadsafe. torch
-releases the GIL during the forward pass, so the event loop stays responsive.
+drops the prepared request into an inbox; the engine thread drains the inbox between steps
+(adds, aborts, adapter commands), steps while there is work and hands each step's outputs to
+asyncio with one call_soon_threadsafe. torch releases the GIL during the forward pass, so the
+event loop stays responsive. When queued work cannot run yet, the thread sleeps until woken.
 """
 
 from __future__ import annotations
