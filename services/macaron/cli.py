@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "macaron.serve_cli",
     "macaron.adapters_cli",
     "macaron.loadgen.cli",
+    "macaron.planner.cli",
 )
 
 

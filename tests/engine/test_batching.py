@@ -32,7 +32,9 @@ def test_mixed_batch_with_staggered_arrivals_equals_alone(engine):
     alone = _alone(engine, _requests("alone", params))
     batched = run_all(engine, _requests("batch", params), stagger=2)
     assert {k.split("-", 1)[1]: v.output_ids for k, v in batched.items()} == alone
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks or engine.block_manager.hash_to_block_id
+    # every request ended: no block is held by one any more (cached prefixes stay, unreferenced)
+    assert not engine.block_manager.used_block_ids
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
 def test_seeded_sampling_is_the_same_alone_and_in_a_batch(engine):
@@ -53,24 +55,37 @@ def test_seeded_sampling_is_the_same_alone_and_in_a_batch(engine):
     assert run_all(engine, [r])["o"].output_ids != alone[f"{None}-0"]
 
 
-def test_chunked_prefill_and_preemption_give_the_same_tokens(tiny_assets, engine):
+@pytest.mark.parametrize("chunk, block, kv_factor, kv_extra", [(16, 8, 3, 200), (11, 8, 2, 24)])
+def test_chunked_prefill_and_preemption_give_the_same_tokens(tiny_assets, engine, chunk, block, kv_factor, kv_extra):
     long_prompt = " ".join(PROMPTS) * 3
     reqs = [
         GenerateRequest(rid=f"x-{a}", prompt=long_prompt, sampling=greedy(24, ignore_eos=True), lora_path=a)
         for a in ADAPTERS
     ]
     expected = {r.rid: run_all(engine, [r])[r.rid].output_ids for r in reqs}
-    # 16-token prefill chunks, and so little KV cache that decoding must preempt and recompute
+    # small prefill chunks (11 tokens: chunk ends fall inside 8-token blocks), and so little KV
+    # cache that decoding must preempt and recompute
     small = make_engine(
         tiny_assets.model_dir,
         dict(tiny_assets.adapters),
-        chunked_prefill_size=16,
-        max_total_tokens=len(engine.tokenizer.encode(long_prompt)) * 3 + 200,
-        kv_block_size=8,
+        chunked_prefill_size=chunk,
+        max_total_tokens=len(engine.tokenizer.encode(long_prompt)) * kv_factor + kv_extra,
+        kv_block_size=block,
     )
+    chunk_ends: set[int] = set()
+    original = small.scheduler.schedule
+
+    def schedule():
+        step = original()
+        chunk_ends.update((s.num_computed_tokens + n) % block for s, n in step.prefill)
+        return step
+
+    small.scheduler.schedule = schedule
     outs = run_all(small, reqs)
     assert {k: v.output_ids for k, v in outs.items()} == expected
     assert small.scheduler.num_preemptions > 0
+    if chunk % block:
+        assert chunk_ends - {0}, "some prefill chunk must end inside a KV block"
 
 
 def test_adapter_cap_per_batch_pages_adapters_through_slots(tiny_assets, engine):

@@ -46,3 +46,23 @@ def test_concurrent_requests_share_blocks_and_free_them(engine):
     assert all(o.cached_tokens > 0 for o in outs.values())
     assert not engine.block_manager.used_block_ids
     engine.block_manager.check_invariants()
+
+
+def test_new_weights_under_a_reused_name_or_new_version_never_hit_the_old_cache(tiny_assets):
+    """The cache key is the loaded instance, not the name: after `code` is replaced by different
+    weights (same name, or code@v2), the cached prefix of the old weights is never reused."""
+    eng = make_engine(tiny_assets.model_dir, {"code": tiny_assets.adapters["code"]})
+    prompt = SYSTEM + "Q: versions"
+    first = run_all(eng, [GenerateRequest(rid="v1", prompt=prompt, sampling=greedy(8), lora_path="code")])["v1"]
+    again = run_all(eng, [GenerateRequest(rid="v1b", prompt=prompt, sampling=greedy(8), lora_path="code")])["v1b"]
+    assert again.cached_tokens >= 16 and again.output_ids == first.output_ids  # the prefix is cached
+    fresh = make_engine(tiny_assets.model_dir, {"chat": tiny_assets.adapters["chat"]})
+    other = run_all(fresh, [GenerateRequest(rid="o", prompt=prompt, sampling=greedy(8), lora_path="chat")])["o"]
+    assert other.output_ids != first.output_ids  # the other weights do answer differently
+    assert eng.unload_adapter("code")
+    for name in ("code", "code@v2"):
+        eng.load_adapter(name, str(tiny_assets.adapters["chat"]))  # different weights
+        out = run_all(eng, [GenerateRequest(rid=name, prompt=prompt, sampling=greedy(8), lora_path=name)])[name]
+        assert out.cached_tokens == 0
+        assert out.output_ids == other.output_ids
+        assert eng.unload_adapter(name)

@@ -169,6 +169,14 @@ async def test_server_info_lists_adapters_and_bytes(engine: EngineTarget) -> Non
         memory = info["memory_usage"]
         assert memory["base_weight_bytes"] > 0 and memory["kv_cache_bytes"] > 0
         assert all(memory["adapter_bytes"][name] > 0 for name in engine.adapters)
+        # every kind apart: host copies, the slot pool (0 on CPU: slots read the host copies), and
+        # what the pool would hold on an accelerator (slots x largest rank x every module)
+        assert memory["adapter_host_bytes"] == sum(memory["adapter_bytes"].values())
+        assert memory["adapter_pool_bytes"] == 0 and memory["device"] == "cpu"
+        assert memory["adapter_pool_bytes_on_accelerator"] > 0
+        assert memory["total_bytes"] == (
+            memory["base_weight_bytes"] + memory["adapter_host_bytes"] + memory["adapter_pool_bytes"] + memory["kv_cache_bytes"]
+        )
         assert info["model_path"] and info["incremental_streaming_output"] is False
         if engine.process is not None:
             assert info["max_running_requests"] == 8, "set by the YAML --config file"
@@ -195,6 +203,23 @@ async def test_health_and_metrics(engine: EngineTarget) -> None:
                  "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds"):
         assert name in text, f"/metrics lacks {name}"
     assert 'model_name="' in text
+
+
+async def test_non_streaming_requests_record_the_real_time_to_first_token(engine: EngineTarget) -> None:
+    """TTFT is stamped on the request when its first token is sampled, not when its only (final)
+    output arrives: for a 40-token non-streaming request it is well under the whole latency, and
+    the inter-token latency is not zero."""
+    if not engine.embedded:
+        pytest.skip("the embedded engine's own metrics")
+    names = ("sglang:time_to_first_token_seconds_sum", "sglang:e2e_request_latency_seconds_sum",
+             "sglang:e2e_request_latency_seconds_count", "sglang:inter_token_latency_seconds_sum")
+    before = [await metric(engine.url, n) for n in names]
+    body = {"text": "Hello there", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True, "temperature": 0}}
+    assert (await post(engine.url, "/generate", body)).status_code == 200
+    await wait_for_metric(engine.url, names[2], lambda v: v > before[2])
+    ttft, e2e, _, itl = [await metric(engine.url, n) - b for n, b in zip(names, before)]
+    assert 0 < ttft < 0.9 * e2e
+    assert itl > 0
 
 
 # ---------------------------------------------------------------- bad input

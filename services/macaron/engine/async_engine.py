@@ -1,9 +1,11 @@
 """AsyncLLMEngine: the AsyncEngine protocol over LLMEngine, stepping in one background thread.
 
-`submit` validates in the caller's thread and drops the prepared request into an inbox; the
-engine thread drains the inbox between steps (adds, aborts, adapter commands), steps while
-there is work and hands each step's outputs to asyncio with one call_soon_threadsafe. torch
-releases the GIL during the forward pass, so the event loop stays responsive.
+`submit_async` tokenises, validates and compiles any grammar in a small worker pool (never on
+the event loop: a new JSON schema takes long enough to stall every stream and /health), then
+drops the prepared request into an inbox; the engine thread drains the inbox between steps
+(adds, aborts, adapter commands), steps while there is work and hands each step's outputs to
+asyncio with one call_soon_threadsafe. torch releases the GIL during the forward pass, so the
+event loop stays responsive. When queued work cannot run yet, the thread sleeps until woken.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
@@ -48,6 +50,9 @@ class AsyncLLMEngine:
         """Requests submitted and not yet running (inbox + engine waiting queue)."""
         self._inbox_adds = 0
         """Adds posted to the inbox and not yet drained (guarded by _count_lock)."""
+        self._preparing = 0
+        """Requests being tokenised / compiled in the worker pool (guarded by _count_lock)."""
+        self._inputs_pool: ThreadPoolExecutor | None = None
         self._count_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -79,13 +84,16 @@ class AsyncLLMEngine:
         for rid, stream in list(self._streams.items()):
             stream._put(abort_output(rid, "the engine is shutting down"))
         self._streams.clear()
+        if self._inputs_pool is not None:
+            self._inputs_pool.shutdown(wait=False, cancel_futures=True)
+            self._inputs_pool = None
 
     @property
     def is_ready(self) -> bool:
         return self._running and self._error is None
 
     # --- requests --------------------------------------------------------------------------
-    def submit(self, request: GenerateRequest) -> AsyncRequestStream:
+    def _check_admission(self, request: GenerateRequest) -> None:
         if not self.is_ready:
             raise EngineNotReadyError("the engine is not running" if self._error is None else f"engine failed: {self._error}")
         if request.rid in self._streams:
@@ -94,14 +102,45 @@ class AsyncLLMEngine:
             raise EngineOverloadedError(
                 f"{self._num_queued} requests are waiting (max_queued_requests={self.args.max_queued_requests}); retry later"
             )
-        seq = self.engine.inputs.process(request)
-        stream = AsyncRequestStream(request.rid, self)
-        self._streams[request.rid] = stream
+
+    def _enqueue(self, seq: Sequence) -> AsyncRequestStream:
+        stream = AsyncRequestStream(seq.rid, self)
+        self._streams[seq.rid] = stream
         with self._count_lock:
             self._num_queued += 1
             self._inbox_adds += 1
         self._post(("add", seq))
         return stream
+
+    def submit(self, request: GenerateRequest) -> AsyncRequestStream:
+        """Validates and enqueues in the caller's thread (tokenising included): for cheap requests
+        (health probes, tests); servers use `submit_async`."""
+        self._check_admission(request)
+        return self._enqueue(self.engine.inputs.process(request))
+
+    async def submit_async(self, request: GenerateRequest) -> AsyncRequestStream:
+        """Like `submit`, but tokenising and grammar compilation run in a worker thread, so the
+        event loop keeps serving other streams meanwhile. The rid and a queue place are held
+        while the request is prepared, so duplicates and overload are refused as before."""
+        self._check_admission(request)
+        placeholder = AsyncRequestStream(request.rid, self)
+        self._streams[request.rid] = placeholder
+        with self._count_lock:
+            self._num_queued += 1
+            self._preparing += 1
+        try:
+            if self._inputs_pool is None:
+                self._inputs_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="macaron-inputs")
+            loop = asyncio.get_running_loop()
+            seq = await loop.run_in_executor(self._inputs_pool, self.engine.inputs.process, request)
+        finally:
+            self._streams.pop(request.rid, None)
+            with self._count_lock:
+                self._num_queued -= 1
+                self._preparing -= 1
+        if not self.is_ready:
+            raise EngineNotReadyError("the engine stopped while the request was prepared")
+        return self._enqueue(seq)
 
     async def abort(self, rid: str) -> bool:
         if rid not in self._streams or not self.is_ready:
@@ -181,6 +220,11 @@ class AsyncLLMEngine:
                     outputs = self._drain_inbox()
                     if self.engine.has_unfinished():
                         outputs += self.engine.step()
+                        if self.engine.last_step_idle:
+                            # work is queued but nothing can run yet (e.g. every adapter slot is
+                            # held): sleep until a command arrives instead of spinning
+                            self._wake.wait(timeout=0.05)
+                            self._wake.clear()
                     else:
                         self._wake.wait(timeout=0.5)
                         self._wake.clear()
@@ -223,7 +267,7 @@ class AsyncLLMEngine:
 
     def _count_queued(self) -> None:
         with self._count_lock:
-            self._num_queued = len(self.engine.scheduler.waiting) + self._inbox_adds
+            self._num_queued = len(self.engine.scheduler.waiting) + self._inbox_adds + self._preparing
 
     def _finish_unloads(self) -> None:
         for name in self.engine.finish_unloads():

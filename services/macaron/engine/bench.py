@@ -18,6 +18,7 @@ import torch
 
 from macaron.engine.args import EngineArgs
 from macaron.engine.engine import LLMEngine
+from macaron.engine.models.llama import LORA_MODULES
 from macaron.engine.protocol import GenerateRequest
 from macaron.engine.sampling_params import SamplingParams
 
@@ -41,6 +42,39 @@ def engine_decode_tps(eng: LLMEngine, prompts: list[list[int]], adapters: list[s
             decode_time += time.perf_counter() - t0
             decode_tokens += rows
     return decode_tokens / decode_time if decode_time else 0.0
+
+
+def write_random_adapters(
+    model_dir: Path, out_dir: Path, *, count: int, rank: int, modules: tuple[str, ...] = LORA_MODULES, seed: int = 0
+) -> dict[str, Path]:
+    """`count` PEFT LoRA directories of `rank` for `model_dir`, random but loadable by PEFT and the
+    engine: for benchmarks that need more adapters, or other ranks, than a model ships with."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from macaron.engine.models.llama import ModelShape, load_config
+
+    shape = ModelShape.from_config(load_config(model_dir))
+    g = torch.Generator().manual_seed(seed)
+    made: dict[str, Path] = {}
+    for n in range(count):
+        tensors: dict[str, torch.Tensor] = {}
+        for layer in range(shape.num_layers):
+            for m in modules:
+                in_f, out_f = shape.in_out(m)
+                part = "mlp" if m in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+                key = f"base_model.model.model.layers.{layer}.{part}.{m}"
+                tensors[f"{key}.lora_A.weight"] = torch.randn(rank, in_f, generator=g) / in_f**0.5
+                tensors[f"{key}.lora_B.weight"] = torch.randn(out_f, rank, generator=g) * 0.01
+        path = out_dir / f"r{rank}-{n}"
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(path / "adapter_model.safetensors"))
+        config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": list(modules),
+                  "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model_dir)}
+        (path / "adapter_config.json").write_text(json.dumps(config))
+        made[path.name] = path
+    return made
 
 
 def peft_decode_tps(

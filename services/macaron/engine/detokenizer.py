@@ -1,6 +1,11 @@
 """Output text, token by token: incremental decoding that never emits half a UTF-8 character,
 and stop-string / stop-regex matching on the decoded text.
 
+While streaming, text that may still become the start of a stop match is held back (a tail that
+is a prefix of a stop string; for stop_regex, from where a partial match of the pattern begins,
+found with the `regex` module's partial matching), so a stop sequence is never streamed to the
+client and then retracted from the final text.
+
 Decoding a window of recent tokens twice (up to the last emitted token, and up to the newest)
 and taking the difference gives the new text even for tokenizers whose pieces depend on their
 neighbours (SentencePiece's leading space); while the newest bytes do not yet form a whole
@@ -11,6 +16,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import regex
 
 
 class IncrementalDetokenizer:
@@ -28,6 +35,7 @@ class IncrementalDetokenizer:
         self.skip_special_tokens = skip_special_tokens
         self.stop = list(stop or [])
         self.stop_regex = [re.compile(p) for p in stop_regex or []]
+        self._partial_regex = [_partial_pattern(p) for p in stop_regex or []]
         self.text = ""
         self._prefix = 0
         self._read = 0
@@ -78,4 +86,20 @@ class IncrementalDetokenizer:
                 if self.text.endswith(s[:k]):
                     hold = max(hold, k)
                     break
-        return n - hold
+        visible = n - hold
+        for pattern in self._partial_regex:
+            if pattern is None:
+                continue
+            m = pattern.search(self.text, partial=True)
+            if m is not None and m.partial:
+                visible = min(visible, m.start())
+        return visible
+
+
+def _partial_pattern(pattern: str) -> Any:
+    """The stop regex compiled by `regex` (which can report partial matches); None if only `re`
+    understands it (then nothing is held back for it: `re` cannot say a match may be under way)."""
+    try:
+        return regex.compile(pattern)
+    except regex.error:
+        return None

@@ -55,7 +55,7 @@ class LLMEngine:
             if not lora_paths:
                 lora_paths = [f"{name}={path}" for name, path in assets.adapters.items()]
         self.model_dir = model_dir
-        self.device = torch.device(args.device)
+        self.device = resolve_device(args.device)
         if self.device.type == "cpu":
             torch.set_num_threads(args.num_threads or max(1, (os.cpu_count() or 2) - 1))
         self.dtype = _resolve_dtype(args.dtype, model_dir, self.device)
@@ -94,10 +94,13 @@ class LLMEngine:
             eos_token_ids=self.eos_token_ids,
             lora_manager=self.lora,
             random_seed=args.random_seed,
+            device=self.device,
         )
         self.requests: dict[str, Sequence] = {}
         self.counters = Counters()
         self.pending_unloads: list[LoRAAdapter] = []
+        self.last_step_idle = False
+        """True when the last step() found nothing it could run (the caller should wait, not spin)."""
         for spec in lora_paths:
             name, sep, path = spec.partition("=")
             if not sep or not name or not path:
@@ -138,6 +141,7 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """One engine step; returns the outputs to deliver (streaming chunks and finished requests)."""
         step = self.scheduler.schedule()
+        self.last_step_idle = not step
         if not step:
             return []
         logits = self.runner.run(step, self.lora.pool)
@@ -205,10 +209,17 @@ class LLMEngine:
 
     # --- introspection ---------------------------------------------------------------------
     def memory_usage(self) -> MemoryUsage:
+        """Every resident byte by kind; on CPU the slot pool is empty because slots read the host copies."""
+        adapters = {name: a.nbytes for name, a in list(self.lora.adapters.items())}
         return MemoryUsage(
             base_weight_bytes=self.runner.weight_bytes,
-            adapter_bytes={name: a.nbytes for name, a in list(self.lora.adapters.items())},
+            adapter_bytes=adapters,
             kv_cache_bytes=self.runner.kv_cache_bytes,
+            adapter_host_bytes=sum(adapters.values()),
+            adapter_pool_bytes=self.lora.pool.nbytes,
+            adapter_pool_bytes_on_accelerator=self.lora.device_pool_bytes(),
+            adapter_slots=self.lora.pool.num_slots,
+            device=str(self.device),
         )
 
     def stats(self) -> EngineStats:
@@ -237,6 +248,32 @@ class LLMEngine:
             "max_total_tokens": self.block_manager.num_blocks * self.block_manager.block_size,
             "dtype": str(self.dtype).removeprefix("torch."),
         }
+
+
+SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The engine's torch device, or a ValueError that says what to do instead."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"device {name!r} is not a torch device ({exc}); use cpu or cuda[:N]") from exc
+    if device.type not in SUPPORTED_DEVICE_TYPES:
+        raise ValueError(
+            f"device {name!r}: the embedded engine runs on {' or '.join(SUPPORTED_DEVICE_TYPES)} only; "
+            f"serve other accelerators with SGLang"
+        )
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise ValueError(
+                f"device {name!r}: torch ({torch.__version__}, {build}) sees no CUDA device; "
+                f"set device to cpu, or install a CUDA build of torch on a machine with a GPU"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return device
 
 
 def _resolve_dtype(name: str, model_dir: Path, device: torch.device) -> torch.dtype:

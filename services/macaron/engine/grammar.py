@@ -66,7 +66,14 @@ class GrammarState:
 class GrammarBackend:
     """Compiles constraints for one tokenizer; compiled grammars are cached by (kind, spec)."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int], cache_size: int = 256) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        stop_token_ids: list[int],
+        cache_size: int = 256,
+        device: torch.device | str = "cpu",
+    ) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
@@ -76,7 +83,7 @@ class GrammarBackend:
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self.control_mask = self._control_token_mask()
+        self.control_mask = self._control_token_mask().to(device)
 
     def _control_token_mask(self) -> torch.Tensor:
         """True for tokens whose bytes contain a raw control character (< 0x20)."""
@@ -125,11 +132,11 @@ def apply_grammar_masks(logits: torch.Tensor, seqs: list[Sequence]) -> None:
     import xgrammar as xgr
 
     vocab = logits.shape[1]
-    bitmask = xgr.allocate_token_bitmask(len(seqs), vocab)
+    bitmask = xgr.allocate_token_bitmask(len(seqs), vocab)  # filled on the host by the matchers
     for i in rows:
         g = seqs[i].grammar
         assert g is not None
         g.matcher.fill_next_token_bitmask(bitmask, i)
         if g.control_mask is not None:
             logits[i, : g.control_mask.shape[0]].masked_fill_(g.control_mask, float("-inf"))
-    xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=vocab, indices=rows)
+    xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), vocab_size=vocab, indices=rows)

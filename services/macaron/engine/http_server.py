@@ -111,11 +111,13 @@ class EngineServer:
 
     # -- generation
 
-    def _submit(self, req: GenerateRequest) -> RequestStream:
+    async def _submit(self, req: GenerateRequest) -> RequestStream:
         if self.status != "up":
             raise Refused(error_response(503, f"The server is {self.status}; retry later."))
         try:
-            stream = self.engine.submit(req)
+            # tokenising and grammar compilation run off the event loop when the engine can
+            submit_async = getattr(self.engine, "submit_async", None)
+            stream = await submit_async(req) if submit_async else self.engine.submit(req)
         except EngineError as exc:
             raise refusal_for(exc) from None
         self.active[req.rid] = stream
@@ -133,7 +135,8 @@ class EngineServer:
             async for out in stream:
                 last = out
                 if first_token_at is None and out.completion_tokens > 0:
-                    first_token_at = out.e2e_latency
+                    # the engine stamps the first token itself (a non-streaming request's only output is its last)
+                    first_token_at = out.first_token_latency if out.first_token_latency is not None else out.e2e_latency
                 yield out
                 if out.finished:
                     break
@@ -177,7 +180,7 @@ class EngineServer:
         obj: GenerateReqInput = await read_body(request, GenerateReqInput)
         req = to_engine_request(obj)
         encoder = ResponseEncoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj))
-        stream = self._submit(req)
+        stream = await self._submit(req)
         outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics)
         if obj.stream:
             return StreamingResponse(self._sse_body(outputs, encoder), media_type="text/event-stream")
@@ -298,7 +301,7 @@ class EngineServer:
             "context_length": self.context_length(),
             "enable_lora": True,
             "loaded_adapters": self.engine.loaded_adapters(),
-            "memory_usage": dataclasses.asdict(memory),
+            "memory_usage": {**dataclasses.asdict(memory), "total_bytes": memory.total_bytes},
             "internal_states": [dataclasses.asdict(self.engine.stats())],
             "status": self.status,
             "startup_time": self.started_at,

@@ -1,7 +1,8 @@
 """A GenerateRequest checked against the model and turned into a Sequence (or refused clearly).
 
-Runs in the caller's thread (the HTTP handler's), so a bad request is refused before anything
-is queued: empty or out-of-vocabulary prompt, unknown adapter, prompt plus max_new_tokens over
+Runs in a worker thread (AsyncLLMEngine.submit_async), never on the event loop: tokenising a
+long prompt or compiling a new JSON schema takes long enough to stall every stream. A bad
+request is still refused before anything is queued: empty or out-of-vocabulary prompt, unknown adapter, prompt plus max_new_tokens over
 the context length or the KV budget, sampling values out of range, a constraint that does not
 compile.
 """
@@ -35,7 +36,9 @@ class InputProcessor:
         eos_token_ids: set[int],
         lora_manager: LoRAManager,
         random_seed: int,
+        device: torch.device | None = None,
     ) -> None:
+        self.device = device or torch.device("cpu")
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.context_length = context_length
@@ -52,7 +55,9 @@ class InputProcessor:
     def grammar(self) -> GrammarBackend:
         with self._grammar_lock:
             if self._grammar is None:
-                self._grammar = GrammarBackend(self.tokenizer, self.vocab_size, sorted(self.eos_token_ids))
+                self._grammar = GrammarBackend(
+                    self.tokenizer, self.vocab_size, sorted(self.eos_token_ids), device=self.device
+                )
             return self._grammar
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -115,7 +120,7 @@ class InputProcessor:
             ids,
             sampling,
             adapter=adapter,
-            generator=torch.Generator().manual_seed(seed),
+            generator=torch.Generator(device=self.device).manual_seed(seed),
             detokenizer=IncrementalDetokenizer(
                 self.tokenizer,
                 skip_special_tokens=bool(sampling.skip_special_tokens),
@@ -126,5 +131,5 @@ class InputProcessor:
             stream=request.stream,
         )
         if needs_penalties(seq):
-            seq.token_counts = torch.zeros(self.vocab_size, dtype=torch.int32)
+            seq.token_counts = torch.zeros(self.vocab_size, dtype=torch.int32, device=self.device)
         return seq

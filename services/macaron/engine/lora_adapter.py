@@ -36,7 +36,7 @@ class LoRAAdapter:
     rank: int
     target_modules: frozenset[str]
     weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]
-    """(layer, module) -> (A [r, in], B [out, r] * scaling)."""
+    """(layer, module) -> (A [r, in], B transposed [r, out] * scaling): the host copy, on CPU."""
     pinned: bool = False
     cache_key: str = ""
     num_requests: int = 0
@@ -46,7 +46,12 @@ class LoRAAdapter:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes + b.nbytes for a, b in self.weights.values())
+        return sum(a.nbytes + bt.nbytes for a, bt in self.weights.values())
+
+    def module_rank(self, layer: int, module: str) -> int:
+        """Rank of one projection (rank_pattern may differ per layer); 0 when not targeted."""
+        w = self.weights.get((layer, module))
+        return 0 if w is None else int(w[0].shape[0])
 
 
 def read_adapter(name: str, path: str | Path, shape: ModelShape, dtype: torch.dtype) -> LoRAAdapter:
@@ -103,7 +108,7 @@ def read_adapter(name: str, path: str | Path, shape: ModelShape, dtype: torch.dt
         scaling = alpha / math.sqrt(r) if rslora else alpha / r
         weights[(layer, module)] = (
             a.to(dtype).contiguous(),
-            (b.to(torch.float32) * scaling).to(dtype).contiguous(),
+            (b.to(torch.float32) * scaling).t().to(dtype).contiguous(),
         )
         max_rank = max(max_rank, r)
     if not weights:

@@ -1,11 +1,15 @@
 """LoRA adapters at run time: the loaded set (names, versions, limits) and the pool of slots.
 
 Like SGLang, adapters loaded in memory (bounded by max_loaded_loras) are distinct from the
-pool the forward pass reads: `max_loras_per_batch` slots of stacked A and B tensors per
-module, [layers, slots, rank, in] and [layers, slots, rank, out] (B pre-scaled and stored
-transposed). A running request holds its adapter's slot; an unreferenced, unpinned slot is
-evicted least-recently-used when another adapter needs one. Adapters of a smaller rank are
-zero-padded, so one matmul serves every slot.
+slots the forward pass reads: `max_loras_per_batch` of them. A running request holds its
+adapter's slot; an unreferenced, unpinned slot is evicted least-recently-used when another
+adapter needs one; pinned adapters may hold at most slots - 1, so one slot always turns over.
+
+Where the slots live depends on the device. On CPU the host copy *is* device memory, so a slot
+only points at its adapter's own tensors (nothing is held twice, each row reads its own rank).
+On an accelerator the pool holds device copies, stacked [layers, slots, max rank, in] and
+[layers, slots, max rank, out] per module as SGLang's memory pool does, and a slot is a copy
+paged in from the host; `nbytes` is what those device tensors occupy.
 """
 
 from __future__ import annotations
@@ -20,18 +24,26 @@ import torch
 from macaron.engine.lora_adapter import LoRAAdapter, LoRAError, read_adapter
 from macaron.engine.models.llama import LORA_MODULES, ModelShape
 
-__all__ = ["LoRAAdapter", "LoRAError", "LoRAManager", "LoRAPool"]
+__all__ = ["LoRAAdapter", "LoRAError", "LoRAManager", "LoRAPool", "pool_bytes"]
 _load_ids = count(1)
+
+
+def pool_bytes(shape: ModelShape, num_slots: int, rank: int, modules: frozenset[str] | tuple[str, ...], dtype_bytes: int) -> int:
+    """Bytes of a stacked device pool: slots x rank x (in + out) over every layer and module."""
+    per_rank = sum(sum(shape.in_out(m)) for m in modules)
+    return shape.num_layers * num_slots * rank * per_rank * dtype_bytes
 
 
 @dataclass
 class LoRAPool:
-    """Stacked adapter weights the forward pass reads: slot s of module m is a[m][l][s], bt[m][l][s]."""
+    """The slots a batch's rows read; `slot_weights` gives one slot's (A, B^T) for a projection."""
 
     shape: ModelShape
     num_slots: int
     dtype: torch.dtype
     device: torch.device
+    stacked: bool | None = None
+    """Keep device copies in stacked tensors (default: on any device but the CPU)."""
     rank: int = 0
     modules: frozenset[str] = frozenset()
     a: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -42,17 +54,32 @@ class LoRAPool:
     _clock: int = 0
 
     def __post_init__(self) -> None:
+        if self.stacked is None:
+            self.stacked = self.device.type != "cpu"
         self.slot_adapter = [None] * self.num_slots
         self.slot_refs = [0] * self.num_slots
         self.slot_last_used = [0] * self.num_slots
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the device-side slot tensors (0 on CPU, where slots read the host copies)."""
         return sum(t.nbytes for t in (*self.a.values(), *self.bt.values()))
 
+    def slot_weights(self, slot: int, layer: int, module: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(A [r, in], B^T [r, out]) of the adapter in `slot`, at its own rank; None if it skips `module`."""
+        adapter = self.slot_adapter[slot]
+        if adapter is None:
+            return None
+        if not self.stacked:
+            return adapter.weights.get((layer, module))
+        r = adapter.module_rank(layer, module)
+        if r == 0:
+            return None
+        return self.a[module][layer, slot, :r], self.bt[module][layer, slot, :r]
+
     def ensure_capacity(self, rank: int, modules: frozenset[str]) -> None:
-        """Grows the stacked tensors (rank, modules) and re-copies resident adapters."""
-        if rank <= self.rank and modules <= self.modules:
+        """Grows the stacked device tensors (rank, modules) and re-copies resident adapters."""
+        if not self.stacked or (rank <= self.rank and modules <= self.modules):
             return
         self.rank = max(self.rank, rank)
         self.modules = self.modules | modules
@@ -66,13 +93,12 @@ class LoRAPool:
                 self._copy_in(adapter, slot)
 
     def _copy_in(self, adapter: LoRAAdapter, slot: int) -> None:
-        for m in self.modules:
-            self.a[m][:, slot].zero_()
-            self.bt[m][:, slot].zero_()
-        for (layer, m), (a, b) in adapter.weights.items():
+        if not self.stacked:
+            return
+        for (layer, m), (a, bt) in adapter.weights.items():
             r = a.shape[0]
-            self.a[m][layer, slot, :r].copy_(a)
-            self.bt[m][layer, slot, :r].copy_(b.t())
+            self.a[m][layer, slot, :r].copy_(a, non_blocking=True)
+            self.bt[m][layer, slot, :r].copy_(bt, non_blocking=True)
 
     def acquire(self, adapter: LoRAAdapter) -> int:
         """Slot for `adapter` (paging it in, evicting an idle slot LRU); -1 when all slots are busy."""
@@ -132,7 +158,10 @@ class LoRAManager:
         max_loaded_loras: int | None,
         max_lora_rank: int | None,
         target_modules: list[str],
+        stacked_pool: bool | None = None,
     ) -> None:
+        if max_loras_per_batch < 1:
+            raise LoRAError(f"max_loras_per_batch must be at least 1, got {max_loras_per_batch}")
         self.shape = shape
         self.dtype = dtype
         self.max_loaded_loras = max_loaded_loras
@@ -142,7 +171,7 @@ class LoRAManager:
             raise LoRAError(f"lora_target_modules: unknown {sorted(unknown)}; known {sorted(LORA_MODULES)}")
         self.allowed_modules = frozenset(target_modules) if target_modules else None
         self.adapters: dict[str, LoRAAdapter] = {}
-        self.pool = LoRAPool(shape, max_loras_per_batch, dtype, device)
+        self.pool = LoRAPool(shape, max_loras_per_batch, dtype, device, stacked=stacked_pool)
         if max_lora_rank is not None and self.allowed_modules:
             self.pool.ensure_capacity(max_lora_rank, self.allowed_modules)
         self.lock = threading.Lock()
@@ -164,9 +193,35 @@ class LoRAManager:
                 raise LoRAError(f"an adapter named {adapter.name!r} is already loaded; unload it or use a new version")
             if self.max_loaded_loras is not None and len(self.adapters) >= self.max_loaded_loras:
                 raise LoRAError(f"max_loaded_loras ({self.max_loaded_loras}) adapters are loaded; unload one first")
+            if pinned:
+                self._check_pinned_room()
             adapter.pinned = pinned
             adapter.cache_key = f"{adapter.name}#{next(_load_ids)}"
             self.adapters[adapter.name] = adapter
+
+    def _check_pinned_room(self) -> None:
+        """SGLang's rule: pinned adapters may hold at most max_loras_per_batch - 1 slots, so that
+        unpinned adapters (and the requests that wait for them) always get a turn."""
+        limit = self.pool.num_slots - 1
+        pinned = sum(1 for a in self.adapters.values() if a.pinned and not a.unloading)
+        if pinned >= limit:
+            raise LoRAError(
+                f"{pinned} adapters are pinned and max_loras_per_batch is {self.pool.num_slots}: at most "
+                f"{limit} may be pinned; unload a pinned adapter, load this one unpinned, or raise max_loras_per_batch"
+            )
+
+    @property
+    def host_bytes(self) -> int:
+        """Bytes of every loaded adapter's host copy (the CPU tensors read from disk)."""
+        return sum(a.nbytes for a in list(self.adapters.values()))
+
+    def device_pool_bytes(self, rank: int | None = None) -> int:
+        """What a stacked device pool of these slots holds at `rank` (default: the largest loaded)
+        over the modules the loaded adapters target (or lora_target_modules when set)."""
+        adapters = list(self.adapters.values())
+        r = rank if rank is not None else max((a.rank for a in adapters), default=0)
+        modules = self.allowed_modules or frozenset().union(*(a.target_modules for a in adapters))
+        return pool_bytes(self.shape, self.pool.num_slots, r, modules, self.pool.dtype.itemsize)
 
     def get(self, name: str) -> LoRAAdapter:
         """The adapter a new request may use; LoRAError if unknown or being unloaded."""

@@ -50,6 +50,14 @@ class _EngineGauges(Collector):
         yield self._gauge("sglang:token_usage", "The token usage (KV blocks used / total).", s.kv_blocks_used / total)
         yield self._gauge("sglang:weight_memory_usage_gb", "Base weight memory in GB.", m.base_weight_bytes / 1e9)
         yield self._gauge("sglang:kv_cache_memory_usage_gb", "KV cache memory in GB.", m.kv_cache_bytes / 1e9)
+        yield self._gauge(
+            "macaron:lora_host_memory_bytes", "Host copies of every loaded LoRA adapter, in bytes.", m.adapter_host_bytes
+        )
+        yield self._gauge(
+            "macaron:lora_pool_memory_bytes",
+            "Device-side LoRA slot pool in bytes (0 on CPU: slots read the host copies).",
+            m.adapter_pool_bytes,
+        )
         lora = GaugeMetricFamily(
             "macaron:lora_adapter_bytes", "Bytes held by each loaded LoRA adapter.", labels=[*self._labels, "lora_name"]
         )

@@ -80,11 +80,13 @@ class ModelRunner:
         bs = self.block_size
         max_len = max(lengths)
         n_blocks = (max_len + bs - 1) // bs
-        padded = torch.tensor([t[:n_blocks] + [0] * (n_blocks - len(t[:n_blocks])) for t in tables], dtype=torch.long)
+        padded = torch.tensor(
+            [t[:n_blocks] + [0] * (n_blocks - len(t[:n_blocks])) for t in tables], dtype=torch.long, device=self.device
+        )
         index = (padded[:, :, None] * bs + self._arange_bs).view(len(tables), -1)[:, :max_len]
-        lens = torch.tensor(lengths, dtype=torch.long)
-        mask = torch.arange(max_len)[None, :] < lens[:, None]
-        return index.to(self.device), mask.to(self.device)
+        lens = torch.tensor(lengths, dtype=torch.long, device=self.device)
+        mask = torch.arange(max_len, device=self.device)[None, :] < lens[:, None]
+        return index, mask
 
     def prepare(self, step: StepInput, pool: LoRAPool | None) -> tuple[torch.Tensor, BatchContext]:
         tokens: list[int] = []
@@ -129,17 +131,25 @@ class ModelRunner:
             prefills=prefills,
             logits_index=torch.tensor(logits_index, dtype=torch.long, device=self.device),
         )
-        if pool is not None and pool.rank > 0 and max(row_slots) >= 0:
-            n_cols = (max(row_slots) + 1) * pool.rank
-            col_slot = torch.arange(n_cols, device=self.device) // pool.rank
-            token_slot = torch.tensor(row_slots, dtype=torch.long, device=self.device)
-            ctx.lora_mask = (col_slot[None, :] == token_slot[:, None]).to(self.dtype)
-            ctx.lora_cols = n_cols
+        if pool is not None:
+            ctx.lora_segments = lora_segments(row_slots) or None
         input_ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         return input_ids, ctx
 
     @torch.inference_mode()
     def run(self, step: StepInput, pool: LoRAPool | None) -> torch.Tensor:
         input_ids, ctx = self.prepare(step, pool)
-        use_pool = pool if ctx.lora_mask is not None else None
+        use_pool = pool if ctx.lora_segments else None
         return self.model(input_ids, ctx, self.kv_caches, use_pool)
+
+
+def lora_segments(row_slots: list[int]) -> list[tuple[int, int, int]]:
+    """Runs of consecutive tokens with the same adapter slot, as (slot, start, end); base (-1) skipped."""
+    segments: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(row_slots) + 1):
+        if i == len(row_slots) or row_slots[i] != row_slots[start]:
+            if row_slots[start] >= 0:
+                segments.append((row_slots[start], start, i))
+            start = i
+    return segments

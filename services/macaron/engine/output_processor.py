@@ -15,6 +15,8 @@ def append_token(seq: Sequence, token: int, eos_token_ids: set[int], context_len
     """Adds `token` to `seq`; returns the finish reason when the request is done, else None."""
     p = seq.sampling
     seq.token_ids.append(token)
+    if seq.first_token_time is None:
+        seq.first_token_time = time.monotonic()
     if seq.token_counts is not None:
         seq.token_counts[token] += 1
     if seq.grammar is not None and not seq.grammar.accept(token):
@@ -71,6 +73,7 @@ def make_output(seq: Sequence, text: str | None = None) -> RequestOutput:
         completion_tokens=seq.num_output_tokens,
         cached_tokens=seq.num_cached_tokens,
         e2e_latency=time.monotonic() - seq.arrival_time,
+        first_token_latency=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
     )
 
 

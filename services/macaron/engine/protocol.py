@@ -67,6 +67,9 @@ class RequestOutput:
     cached_tokens: int
     e2e_latency: float
     """Seconds since the request was submitted."""
+    first_token_latency: float | None = None
+    """Seconds from submission to the step that sampled the first output token (stamped on the
+    request itself, so it is right for non-streaming requests too); None before that."""
 
 
 class RequestStream(Protocol):
@@ -81,11 +84,27 @@ class RequestStream(Protocol):
 
 @dataclass
 class MemoryUsage:
-    """Bytes the engine holds, as it accounts them (answers "what do four LoRAs cost?")."""
+    """Bytes the engine holds, by kind, as it accounts them (answers "what do four LoRAs cost?")."""
 
     base_weight_bytes: int
     adapter_bytes: dict[str, int]
+    """Host copy of each loaded adapter (A and scaled B^T of every targeted projection)."""
     kv_cache_bytes: int
+    """The preallocated paged KV cache (max_total_tokens worth)."""
+    adapter_host_bytes: int = 0
+    """Sum of adapter_bytes."""
+    adapter_pool_bytes: int = 0
+    """Device-side slot tensors the forward pass reads; 0 on CPU, where slots point at the host copies."""
+    adapter_pool_bytes_on_accelerator: int = 0
+    """What the slot pool holds on an accelerator with these settings: max_loras_per_batch slots x the
+    largest loaded rank x every targeted module (SGLang's LoRA memory pool); the figure to plan a GPU with."""
+    adapter_slots: int = 0
+    device: str = "cpu"
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything resident on this process's devices: weights, adapters (host + pool), KV cache."""
+        return self.base_weight_bytes + self.adapter_host_bytes + self.adapter_pool_bytes + self.kv_cache_bytes
 
 
 @dataclass
@@ -115,6 +134,10 @@ class AsyncEngine(Protocol):
 
     def submit(self, request: GenerateRequest) -> RequestStream:
         """Validates and enqueues; raises InvalidRequestError / EngineOverloadedError / EngineNotReadyError."""
+        ...
+
+    async def submit_async(self, request: GenerateRequest) -> RequestStream:
+        """`submit` with tokenising and grammar compilation off the event loop."""
         ...
 
     async def abort(self, rid: str) -> bool:

@@ -26,33 +26,36 @@ class Sampler:
         greedy = [i for i, s in enumerate(seqs) if s.sampling.is_greedy]
         if len(greedy) == len(seqs):
             return logits.argmax(dim=-1).tolist()
-        out = torch.empty(len(seqs), dtype=torch.long)
+        dev = logits.device
+        out = torch.empty(len(seqs), dtype=torch.long, device=dev)
         if greedy:
-            gi = torch.tensor(greedy)
+            gi = torch.tensor(greedy, device=dev)
             out[gi] = logits[gi].argmax(dim=-1)
         plain = [i for i, s in enumerate(seqs) if not s.sampling.is_greedy and not _has_filters(s)]
         filtered = [i for i, s in enumerate(seqs) if not s.sampling.is_greedy and _has_filters(s)]
         for rows, with_filters in ((plain, False), (filtered, True)):
             if rows:
-                ri = torch.tensor(rows)
+                ri = torch.tensor(rows, device=dev)
                 out[ri] = self._sample(logits[ri], [seqs[i] for i in rows], with_filters)
         return out.tolist()
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence], with_filters: bool) -> torch.Tensor:
-        temps = torch.tensor([s.sampling.temperature for s in seqs], dtype=logits.dtype)
+        dev = logits.device
+        temps = torch.tensor([s.sampling.temperature for s in seqs], dtype=logits.dtype, device=dev)
         probs = torch.softmax(logits / temps[:, None], dim=-1)
         if with_filters:
             probs, order = probs.sort(dim=-1, descending=True)
-            top_k = torch.tensor([min(s.sampling.top_k, self.vocab_size) for s in seqs])
-            top_p = torch.tensor([s.sampling.top_p for s in seqs], dtype=probs.dtype)
-            min_p = torch.tensor([s.sampling.min_p for s in seqs], dtype=probs.dtype)
-            ranks = torch.arange(probs.shape[1])[None, :]
+            top_k = torch.tensor([min(s.sampling.top_k, self.vocab_size) for s in seqs], device=dev)
+            top_p = torch.tensor([s.sampling.top_p for s in seqs], dtype=probs.dtype, device=dev)
+            min_p = torch.tensor([s.sampling.min_p for s in seqs], dtype=probs.dtype, device=dev)
+            ranks = torch.arange(probs.shape[1], device=dev)[None, :]
             cum = probs.cumsum(dim=-1)
             drop = (ranks >= top_k[:, None]) | ((cum - probs) > top_p[:, None]) | (probs < min_p[:, None] * probs[:, :1])
             drop[:, 0] = False
             probs = probs.masked_fill(drop, 0.0)
         cdf = probs.cumsum(dim=-1)
-        u = torch.stack([torch.rand((), generator=s.generator, dtype=cdf.dtype) for s in seqs])
+        # each row's generator lives on the engine's device (see InputProcessor)
+        u = torch.stack([torch.rand((), generator=s.generator, dtype=cdf.dtype, device=dev) for s in seqs])
         choice = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
         choice = choice.clamp_(max=probs.shape[1] - 1)
         # never pick a zero-probability token through rounding at the top of the CDF
@@ -62,20 +65,22 @@ class Sampler:
         return order.gather(1, choice[:, None]).squeeze(1) if with_filters else choice
 
     def _apply_bias_and_penalties(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        dev = logits.device
         for i, s in enumerate(seqs):
             p = s.sampling
             if p.logit_bias:
-                ids = torch.tensor([int(k) for k in p.logit_bias], dtype=torch.long)
-                logits[i].index_add_(0, ids, torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype))
+                ids = torch.tensor([int(k) for k in p.logit_bias], dtype=torch.long, device=dev)
+                bias = torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype, device=dev)
+                logits[i].index_add_(0, ids, bias)
         rows = [i for i, s in enumerate(seqs) if s.token_counts is not None]
         if not rows:
             return
-        ri = torch.tensor(rows)
+        ri = torch.tensor(rows, device=dev)
         counts = torch.stack([seqs[i].token_counts for i in rows]).to(logits.dtype)  # type: ignore[misc]
         sub = logits[ri]
-        freq = torch.tensor([seqs[i].sampling.frequency_penalty for i in rows], dtype=logits.dtype)[:, None]
-        pres = torch.tensor([seqs[i].sampling.presence_penalty for i in rows], dtype=logits.dtype)[:, None]
-        rep = torch.tensor([seqs[i].sampling.repetition_penalty for i in rows], dtype=logits.dtype)[:, None]
+        freq = torch.tensor([seqs[i].sampling.frequency_penalty for i in rows], dtype=logits.dtype, device=dev)[:, None]
+        pres = torch.tensor([seqs[i].sampling.presence_penalty for i in rows], dtype=logits.dtype, device=dev)[:, None]
+        rep = torch.tensor([seqs[i].sampling.repetition_penalty for i in rows], dtype=logits.dtype, device=dev)[:, None]
         seen = counts > 0
         sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
         sub = sub - freq * counts - pres * seen.to(logits.dtype)

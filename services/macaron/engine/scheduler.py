@@ -56,6 +56,8 @@ class Scheduler:
             if seq.status is SequenceStatus.RUNNING:
                 self.block_manager.append_slot(seq)
                 step.decode.append(seq)
+        # rows of one adapter side by side: the grouped LoRA matmul then reads each adapter once
+        step.decode.sort(key=lambda s: s.lora_slot)
         # 2. continue chunked prefills, oldest first
         budget = self.chunk
         for seq in self.running:

@@ -66,6 +66,8 @@ class Sequence:
         self.last_emitted = 0
         """Output tokens already delivered to the client (for stream_interval)."""
         self.admitted_once = False
+        self.first_token_time: float | None = None
+        """time.monotonic() when the first output token was sampled (for TTFT and inter-token metrics)."""
 
     # --- lengths -------------------------------------------------------------------------
     def __len__(self) -> int:

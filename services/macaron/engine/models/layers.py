@@ -37,9 +37,9 @@ class BatchContext:
     the chunk is the whole context, attention mask or None for plain causal)."""
     logits_index: torch.Tensor
     """[B] token index whose hidden state gives each sampled row's logits."""
-    lora_mask: torch.Tensor | None = None
-    """[T, n_cols] 1.0 where column (slot * rank + j) belongs to the token's adapter; None: no adapter rows."""
-    lora_cols: int = 0
+    lora_segments: list[tuple[int, int, int]] | None = None
+    """(adapter slot, first token, end token) of each run of tokens that share an adapter; base
+    tokens are in no segment. None: no adapter rows this step."""
 
 
 SMALL_BATCH_TOKENS = 64
@@ -56,14 +56,17 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 
 def lora_delta(pool: LoRAPool, module: str, layer: int, x: torch.Tensor, out: torch.Tensor, ctx: BatchContext) -> None:
-    """out += per-row LoRA delta: one matmul over every active slot, masked to each row's own slot."""
-    if ctx.lora_mask is None or module not in pool.modules:
+    """out += per-row LoRA delta, grouped by adapter (S-LoRA / Punica's segmented GEMM): each run
+    of rows multiplies by its own adapter's A and B at that adapter's rank; base rows pay nothing.
+    The scheduler orders decode rows by slot, so an adapter's rows are one contiguous run."""
+    if not ctx.lora_segments:
         return
-    n = ctx.lora_cols
-    a = pool.a[module][layer].view(-1, x.shape[1])[:n]
-    bt = pool.bt[module][layer].view(-1, out.shape[1])[:n]
-    xa = torch.mm(x, a.t()).mul_(ctx.lora_mask)
-    out.addmm_(xa, bt)
+    for slot, start, end in ctx.lora_segments:
+        weights = pool.slot_weights(slot, layer, module)
+        if weights is None:
+            continue
+        a, bt = weights
+        out[start:end].addmm_(torch.mm(x[start:end], a.t()), bt)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

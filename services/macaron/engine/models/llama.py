@@ -68,6 +68,7 @@ class ModelShape:
             raise ValueError(f"unsupported hidden_act {cfg.get('hidden_act')!r} (only silu)")
         if cfg.get("mlp_bias"):
             raise ValueError("mlp_bias=true is not supported")
+        check_attention_config(cfg, arch)
         heads = cfg["num_attention_heads"]
         return cls(
             architecture=arch,
@@ -86,10 +87,43 @@ class ModelShape:
         )
 
 
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+"""RoPE variants whose frequencies do not depend on the sequence length: computed once, exact."""
+
+
+def rope_type_of(cfg: dict) -> str:
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    return str(params.get("rope_type", params.get("type", "default")))
+
+
+def check_attention_config(cfg: dict, arch: str) -> None:
+    """Refuses configs this implementation would run silently wrong: sliding-window attention and
+    RoPE scaling that changes with the sequence length (dynamic NTK, LongRoPE)."""
+    window = cfg.get("sliding_window")
+    uses_window = cfg.get("use_sliding_window", arch == "MistralForCausalLM")
+    max_pos = cfg.get("max_position_embeddings", 2048)
+    if uses_window and window is not None and int(window) < int(max_pos):
+        raise ValueError(
+            f"sliding_window={window} (< max_position_embeddings {max_pos}) is not supported by the embedded "
+            f"engine: attention would see tokens the model never attends to. Serve this model with SGLang, or "
+            f"use a checkpoint without a sliding window"
+        )
+    layer_types = cfg.get("layer_types") or []
+    if any(t != "full_attention" for t in layer_types):
+        raise ValueError(f"layer_types {sorted(set(layer_types))}: only full_attention layers are supported")
+    rope_type = rope_type_of(cfg)
+    if rope_type not in STATIC_ROPE_TYPES:
+        raise ValueError(
+            f"rope scaling type {rope_type!r} is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}): its "
+            f"frequencies change with the sequence length. Serve this model with SGLang, or drop rope_scaling "
+            f"and keep prompts within the original context"
+        )
+
+
 def rope_inv_freq(config_dict: dict, head_dim: int) -> tuple[torch.Tensor, float]:
     """Inverse frequencies and attention scaling; scaled RoPE variants use transformers' own formulas."""
     params = config_dict.get("rope_parameters") or config_dict.get("rope_scaling") or {}
-    rope_type = params.get("rope_type", params.get("type", "default"))
+    rope_type = rope_type_of(config_dict)
     theta = params.get("rope_theta", config_dict.get("rope_theta", 10000.0))
     if rope_type == "default":
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
