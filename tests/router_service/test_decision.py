@@ -71,6 +71,9 @@ def aware(top: str, p: float) -> Classified:
         (SessionView("code"), aware("code", 0.4), False, 1, ("code", "session", 0.4)),
         # ... but an open tool loop still never switches
         (SessionView("agent"), aware("code", 0.99), True, 6, ("agent", "session", 1.0)),
+        # ... and a near tie with the session's own specialist is no confident switch: it stays
+        (SessionView("ui"), Classified("chat", {"chat": 0.33, "agent": 0.23, "code": 0.12, "ui": 0.32}, 0.33,
+                                       session_aware=True), False, 5, ("ui", "session", 0.32)),
     ],
 )
 def test_session_aware_classifier_decides_once(session, classified, tool_loop, words, expected) -> None:

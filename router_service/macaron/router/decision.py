@@ -65,6 +65,7 @@ class DecisionPolicy:
     switch_threshold: float = 0.8
     judge_threshold: float = 0.5
     switch_min_words: int = 3
+    switch_margin: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +122,14 @@ def decide(
             return Decision(stay, "session", 1.0, f"stays with {stay} (no classifier answer)", None)
         top = classified.specialist
         if classified.session_aware and top in SPECIALISTS:
-            if top != stay:
+            if top != stay and classified.p(top) - classified.p(stay) >= policy.switch_margin:
                 return Decision(top, "classifier", _unit(classified.p(top)),
                                 f"switched from {stay}: the conversation decision chose {top} "
                                 f"p={classified.p(top):.2f}", classified)
-            return Decision(stay, "session", _unit(classified.p(stay)),
-                            f"stays with {stay}: the conversation decision agrees p={classified.p(stay):.2f}",
-                            classified)
+            why = (f"the conversation decision agrees p={classified.p(stay):.2f}" if top == stay else
+                   f"{top} p={classified.p(top):.2f} is within {policy.switch_margin:.2f} of {stay} "
+                   f"p={classified.p(stay):.2f}")
+            return Decision(stay, "session", _unit(classified.p(stay)), f"stays with {stay}: {why}", classified)
         long_enough = new_turn_words is None or new_turn_words >= policy.switch_min_words
         if top != stay and classified.p(top) >= policy.switch_threshold and long_enough:
             return Decision(

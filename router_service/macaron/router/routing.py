@@ -183,7 +183,7 @@ class RoutingCore:
         self.metrics = metrics or RouterMetrics()
         self.policy = policy or settings.policy
         self.decision_policy = DecisionPolicy(settings.switch_threshold, settings.judge_threshold,
-                                              settings.switch_min_words)
+                                              settings.switch_min_words, settings.switch_margin)
         self.sessions = SessionStore(store, settings.session_ttl_s)
         self.prefix_index = PrefixIndex(store, settings.prefix_ttl_s)
         self.tracker = LoadTracker(store, router_id, heartbeat_s=settings.load_heartbeat_s,

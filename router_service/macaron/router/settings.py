@@ -93,6 +93,12 @@ class RouterSettings(BaseModel):
         description="A new turn with fewer words never switches a session's specialist (continuations such as "
         "'ok', 'and then?' or 'continue' carry no domain, whatever the classifier says of them).",
     )
+    switch_margin: float = Field(
+        0.1,
+        description="With the classifier's learned conversation decision, a session switches only when the chosen "
+        "specialist's probability beats the session's own by at least this much: a near tie (short follow-ups such "
+        "as 'tell me more' carry little domain) stays. 0 follows the decision's top choice exactly.",
+    )
     judge_threshold: float = Field(
         0.5,
         description="Below this classifier confidence, the L0 chat adapter judges on the engine (0: never judge).",
