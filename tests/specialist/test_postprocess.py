@@ -152,7 +152,12 @@ def test_ui_validation() -> None:
 def test_sampling_defaults_caps_and_context() -> None:
     chat = SpecialistsSettings().chat
     params = resolve_sampling(SamplingRequest(), chat, prompt_tokens=100, context_length=2048)
-    assert params == {"max_new_tokens": 512, "temperature": 0.7, "top_p": 0.95, "top_k": -1}
+    assert params == {"max_new_tokens": 512, "temperature": 0.7, "top_p": 0.95, "top_k": -1, "repetition_penalty": 1.15}
+    # the profile's penalty is a default: the request's own value wins, and profiles without one send none
+    assert resolve_sampling(SamplingRequest(repetition_penalty=1.0), chat, prompt_tokens=1, context_length=2048)[
+        "repetition_penalty"] == 1.0
+    code = SpecialistsSettings().code
+    assert "repetition_penalty" not in resolve_sampling(SamplingRequest(), code, prompt_tokens=1, context_length=2048)
     fitted = resolve_sampling(SamplingRequest(seed=3, stop=("x",)), chat, prompt_tokens=2000, context_length=2048)
     assert fitted["max_new_tokens"] == 48 and fitted["sampling_seed"] == 3 and fitted["stop"] == ["x"]
     with pytest.raises(ContextOverflowError, match="context limit of 2048"):

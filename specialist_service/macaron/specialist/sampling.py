@@ -97,7 +97,9 @@ def resolve_sampling(
         "min_p": r.min_p,
         "frequency_penalty": r.frequency_penalty,
         "presence_penalty": r.presence_penalty,
-        "repetition_penalty": r.repetition_penalty,
+        "repetition_penalty": r.repetition_penalty
+        if r.repetition_penalty is not None or profile.repetition_penalty == 1.0
+        else profile.repetition_penalty,
         "min_new_tokens": r.min_new_tokens,
         "sampling_seed": r.seed,
     }

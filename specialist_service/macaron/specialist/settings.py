@@ -37,6 +37,11 @@ class ProfileSettings(BaseModel):
     temperature: float = Field(0.7, description="Default sampling temperature (0 is greedy).")
     top_p: float = Field(0.95, description="Default nucleus sampling mass.")
     top_k: int = Field(-1, description="Default top-k (-1 is off).")
+    repetition_penalty: float = Field(
+        1.0,
+        description="Default repetition penalty (SGLang's; 1 is off). Small chat models fall into loops without "
+        "one; code, tool calls and UI JSON repeat tokens on purpose, so only chat sets it by default.",
+    )
     max_new_tokens_cap: int = Field(4096, description="Largest max_new_tokens a request may ask for.")
     max_temperature: float = Field(2.0, description="Largest temperature a request may ask for.")
     context_length: int | None = Field(
@@ -74,7 +79,7 @@ def _profile_class(name: str, **defaults: Any) -> type[ProfileSettings]:
     return create_model(f"{name.capitalize()}Profile", __base__=ProfileSettings, **fields)
 
 
-ChatProfile = _profile_class("chat", system_prompt=CHAT_PROMPT)
+ChatProfile = _profile_class("chat", system_prompt=CHAT_PROMPT, repetition_penalty=1.15)
 AgentProfile = _profile_class("agent", system_prompt=AGENT_PROMPT, temperature=0.3)
 CodeProfile = _profile_class("code", system_prompt=CODE_PROMPT, temperature=0.2, max_new_tokens=1024)
 UiProfile = _profile_class("ui", system_prompt=UI_PROMPT, temperature=0.5, max_new_tokens=4096, output_schema="ui")
