@@ -70,7 +70,7 @@ def test_refuses_a_public_address_without_keys(tmp_path: Path) -> None:
 
 
 def test_sigterm_lets_a_stream_finish_then_exits_cleanly(stack: Stack) -> None:
-    body = {"model": "macaron-chat", "stream": True, "max_tokens": 300, "temperature": 0,
+    body = {"model": "macaron-chat", "stream": True, "max_tokens": 300, "temperature": 0, "repetition_penalty": 1.0,
             "messages": [{"role": "user", "content": "Tell me a story"}]}
     lines: list[str] = []
     started = threading.Event()
