@@ -34,3 +34,19 @@ def macaron_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.environ.get("MACARON_CACHE_DIR"):
         return Path(os.environ["MACARON_CACHE_DIR"])
     return tmp_path_factory.mktemp("macaron-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(macaron_cache_dir: Path):
+    """The tiny model and its four adapters, built once per session into the session's cache."""
+    from macaron.assets import ensure_tiny_model
+
+    return ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model):
+    """The tiny model's tokenizer (with its chat template)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model.model_dir))

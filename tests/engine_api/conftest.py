@@ -46,13 +46,6 @@ class EngineTarget:
     process: Subprocess | None = None
 
 
-@pytest.fixture(scope="session")
-def tiny_model(macaron_cache_dir: Path):
-    from macaron.assets import ensure_tiny_model
-
-    return ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
-
-
 def lora_flags(assets) -> list[str]:
     return ["--model-path", str(assets.model_dir), "--lora-paths",
             *(f"{name}={path}" for name, path in assets.adapters.items())]

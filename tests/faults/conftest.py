@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from faults.stack import FaultStack, RedisServer, kill, start_fault_stack, stop_fault_stack
 
 __all__ = ["FaultStack", "RedisServer", "kill"]
-
-
-@pytest.fixture(scope="session")
-def tiny_model(macaron_cache_dir: Path):
-    from macaron.assets import ensure_tiny_model
-
-    return ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
 
 
 @pytest.fixture(scope="module")

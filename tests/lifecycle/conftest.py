@@ -49,20 +49,6 @@ class VersionStack:
     """Extra code versions on disk: v2 (B x 0.5), v3 (B x 2), bad (B x -4)."""
 
 
-@pytest.fixture(scope="session")
-def tiny_model(macaron_cache_dir: Path):
-    from macaron.assets import ensure_tiny_model
-
-    return ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model.model_dir))
-
-
 def write_config(path: Path, *, engine_urls: list[str], model_dir: Path, ports: dict[str, int]) -> Path:
     specialists: dict[str, Any] = {"discovery": {"mode": "static", "urls": engine_urls}, "tokenizer_path": str(model_dir)}
     for name, port in ports.items():

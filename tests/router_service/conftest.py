@@ -58,20 +58,6 @@ class KeywordClassifier:
         return {"specialist": name, "probabilities": probs, "confidence": p}
 
 
-@pytest.fixture(scope="session")
-def tiny_model(macaron_cache_dir: Path):
-    from macaron.assets import ensure_tiny_model
-
-    return ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model.model_dir))
-
-
 def write_config(path: Path, *, engine_urls: list[str], model_dir: Path, ports: dict[str, int]) -> Path:
     """Specialists over `engine_urls` on `ports` (one system prompt for all), and a router section for them."""
     specialists: dict[str, Any] = {"discovery": {"mode": "static", "urls": engine_urls}, "tokenizer_path": str(model_dir)}

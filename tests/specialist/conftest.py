@@ -21,13 +21,6 @@ from .processes import Subprocess, free_port, launch_engine, launch_specialists,
 SYSTEM_PROMPT = "You are a helpful assistant."
 
 
-@pytest.fixture(scope="session")
-def tiny_model(macaron_cache_dir: Path):
-    from macaron.assets import ensure_tiny_model
-
-    return ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
-
-
 def write_config(path: Path, *, engine_urls: list[str], model_dir: Path, ports: dict[str, int], **top: Any) -> Path:
     """A YAML config with these specialists' ports, the engine URLs and extra `specialists:` keys."""
     spec: dict[str, Any] = {

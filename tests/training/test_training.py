@@ -15,16 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from macaron.assets import ModelAssets, ensure_tiny_model
 from macaron.training.examples import TrainingDataError, TrainingExample, read_examples, write_examples
 from macaron.training.lora_train import TrainConfig, train_adapter
 from macaron.training.tasks import task
 from macaron.training.tool_catalog import CATALOG, tools_for
-
-
-@pytest.fixture(scope="module")
-def tiny(macaron_cache_dir: Path) -> ModelAssets:
-    return ensure_tiny_model(macaron_cache_dir, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +36,9 @@ def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_training_lowers_the_loss_and_writes_a_peft_adapter(tiny, data_file, tmp_path):
+def test_training_lowers_the_loss_and_writes_a_peft_adapter(tiny_model, data_file, tmp_path):
     config = TrainConfig(steps=24, batch_size=3, warmup_steps=2, learning_rate=3e-3, num_threads=1)
-    result = train_adapter(tiny.model_dir, data_file, tmp_path / "code", config, name="code@v2", progress=False)
+    result = train_adapter(tiny_model.model_dir, data_file, tmp_path / "code", config, name="code@v2", progress=False)
     assert result.final_loss < result.first_loss * 0.9
     assert result.examples == 6 and result.target_tokens > 0
     card = json.loads((tmp_path / "code" / "macaron-adapter.json").read_text())
@@ -52,7 +46,7 @@ def test_training_lowers_the_loss_and_writes_a_peft_adapter(tiny, data_file, tmp
     assert "/" not in card["base"]  # a name, never a machine path
     from macaron.engine import EngineArgs, GenerateRequest, LLMEngine, SamplingParams
 
-    engine = LLMEngine(EngineArgs(model_path=str(tiny.model_dir), lora_paths=[f"code@v2={tmp_path / 'code'}"],
+    engine = LLMEngine(EngineArgs(model_path=str(tiny_model.model_dir), lora_paths=[f"code@v2={tmp_path / 'code'}"],
                                   max_total_tokens=2048, num_threads=1))
     outs = {}
     for rid, adapter in (("base", None), ("trained", "code@v2")):
@@ -62,10 +56,10 @@ def test_training_lowers_the_loss_and_writes_a_peft_adapter(tiny, data_file, tmp
     assert outs["base"] != outs["trained"]
 
 
-def test_training_is_reproducible(tiny, data_file, tmp_path):
+def test_training_is_reproducible(tiny_model, data_file, tmp_path):
     config = TrainConfig(steps=3, batch_size=2, warmup_steps=1, num_threads=1)
     for run in ("a", "b"):
-        train_adapter(tiny.model_dir, data_file, tmp_path / run, config, progress=False)
+        train_adapter(tiny_model.model_dir, data_file, tmp_path / run, config, progress=False)
     assert (tmp_path / "a" / "adapter_model.safetensors").read_bytes() == (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
 
 
@@ -86,20 +80,20 @@ def test_bad_training_data_is_refused_with_its_line(tmp_path, line, problem):
     assert "bad.jsonl:1" in str(info.value)
 
 
-def test_cli_train_reports_bad_data_and_exits_2(tiny, tmp_path):
+def test_cli_train_reports_bad_data_and_exits_2(tiny_model, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "macaron.cli", "adapters", "train", "code", "--model", str(tiny.model_dir),
+        [sys.executable, "-m", "macaron.cli", "adapters", "train", "code", "--model", str(tiny_model.model_dir),
          "--data", str(bad), "--out", str(tmp_path / "out"), "--quiet"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2 and "bad.jsonl:1" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_cli_train_prints_one_json_line(tiny, data_file, tmp_path):
+def test_cli_train_prints_one_json_line(tiny_model, data_file, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "macaron.cli", "adapters", "train", "code", "--model", str(tiny.model_dir),
+        [sys.executable, "-m", "macaron.cli", "adapters", "train", "code", "--model", str(tiny_model.model_dir),
          "--data", str(data_file), "--out", str(tmp_path / "out"), "--steps", "2", "--batch-size", "2",
          "--threads", "1", "--quiet"],
         capture_output=True, text=True, timeout=180,
@@ -129,16 +123,16 @@ def test_catalog_tools_are_valid_openai_tools():
         assert set(fn["parameters"]["required"]) <= set(fn["parameters"]["properties"])
 
 
-def test_distill_and_eval_run_end_to_end_on_the_tiny_model(tiny, tmp_path):
+def test_distill_and_eval_run_end_to_end_on_the_tiny_model(tiny_model, tmp_path):
     from macaron.training.distill import distill
     from macaron.training.evaluate import ARMS, evaluate, summary
 
-    provenance = distill(str(tiny.model_dir), [task("agent"), task("ui")], tmp_path, per_specialist=2, progress=False)
+    provenance = distill(str(tiny_model.model_dir), [task("agent"), task("ui")], tmp_path, per_specialist=2, progress=False)
     for name in ("agent", "ui"):
         assert provenance["specialists"][name]["prompts"] == 2
         # constrained teacher answers are always usable targets when they finish
         for example in read_examples(tmp_path / f"{name}.jsonl") if provenance["specialists"][name]["kept"] else []:
             assert task(name).good(example.target, example.tools)
-    scores = evaluate(str(tiny.model_dir), {"code": str(tiny.adapters["code"])}, [task("code")], per_specialist=2, progress=False)
+    scores = evaluate(str(tiny_model.model_dir), {"code": str(tiny_model.adapters["code"])}, [task("code")], per_specialist=2, progress=False)
     assert set(scores["code"]) == set(ARMS) and scores["code"]["adapter"].total == 2
     assert set(summary(scores)) >= {"code_adapter", "code_base_bare", "code_adapter_gain"}
