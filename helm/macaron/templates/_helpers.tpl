@@ -254,7 +254,7 @@ The engine key always (every caller of the engine and the engine itself); the to
 
 {{/* Tokenizer files for routers and specialists ----------------------------------------- */}}
 
-{{/* Non-empty when routers and specialists get a tokenizer mount (no mount: the image's tiny model). */}}
+{{/* Non-empty when routers and specialists get a tokenizer mount (no mount: the image's default model). */}}
 {{- define "macaron.hasTokenizer" -}}
 {{- if or .Values.model.tokenizer.volume .Values.model.volume -}}true{{- end -}}
 {{- end -}}
