@@ -74,6 +74,8 @@ def make_output(seq: Sequence, text: str | None = None) -> RequestOutput:
         cached_tokens=seq.num_cached_tokens,
         e2e_latency=time.monotonic() - seq.arrival_time,
         first_token_latency=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
+        output_token_logprobs=list(seq.output_logprobs) if seq.return_logprob else None,
+        output_top_logprobs=list(seq.output_top_logprobs) if seq.return_logprob else None,
     )
 
 
