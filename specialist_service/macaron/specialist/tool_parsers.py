@@ -51,6 +51,10 @@ class ToolCallParser(Protocol):
     name: str
     call_prefix: str
     """Text that opens a call; appended to the prompt when a call is forced."""
+    start: str
+    """The tag that opens a call in the output (calls are streamed from it, `tool_stream.py`)."""
+    end: str
+    """The tag that closes a call; a stop string when only one call is allowed (parallel_tool_calls false)."""
 
     def content_prefix_length(self, text: str) -> int:
         """How many leading characters of partial output are surely content (safe to stream)."""
