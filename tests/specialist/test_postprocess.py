@@ -282,3 +282,16 @@ def test_pipeline_without_a_live_engine_is_unavailable() -> None:
         await pipeline.engines.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_token_bytes_join_to_the_exact_text(tokenizer) -> None:
+    """Byte-level BPE: a character split over tokens is exact in the joined bytes, replaced in each token's text."""
+    from macaron.specialist.logprobs import TokenBytes
+
+    text = "ok 😀 日本語 é! <|im_end|>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    token_bytes = TokenBytes(tokenizer)
+    pieces = [token_bytes(i) for i in ids]
+    assert b"".join(raw for _, raw in pieces) == text.encode()
+    assert all(token == raw.decode("utf-8", errors="replace") for token, raw in pieces)
+    assert any("\ufffd" in token for token, _ in pieces)  # the emoji spans tokens

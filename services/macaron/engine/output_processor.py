@@ -49,7 +49,8 @@ def finalize(seq: Sequence, reason: dict[str, Any]) -> str:
         text = detok.text[:index]
     else:
         text = detok.final_text(ids)
-    if seq.grammar is not None and reason["type"] == "stop":
+    if seq.grammar is not None and reason["type"] == "stop" and not isinstance(reason.get("matched"), str):
+        # a stop string cuts constrained output on purpose (as on SGLang, which never re-validates)
         error = seq.grammar.validate(text)
         if error is not None:
             reason.clear()

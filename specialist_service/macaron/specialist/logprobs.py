@@ -21,7 +21,7 @@ _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     return {char: byte for byte, char in bytes_to_unicode().items()}
 
