@@ -4,7 +4,8 @@ A token's bytes are exact for byte-level BPE vocabularies (GPT-2 style: Llama 3,
 where each character of the vocabulary entry stands for one byte; SentencePiece byte tokens
 (`<0x0A>`) are one byte; any other token is the UTF-8 of its decoded text. `token` is the bytes
 read as UTF-8 with invalid sequences replaced, so a character split over two tokens shows as
-replacement characters there and whole in the joined `bytes`, as OpenAI documents.
+replacement characters there and whole in the joined `bytes`, as OpenAI documents. Logprobs
+below OpenAI's -9999.0 ("very unlikely"; SGLang may send -inf or -999999999.0) are sent as -9999.0.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from macaron.engine_client import TokenLogprob as EngineLogprob
 from macaron.specialist.events import Logprobs, TokenLogprob, TopLogprob
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+LOGPROB_FLOOR = -9999.0
 
 
 @lru_cache(maxsize=1)
@@ -65,6 +67,6 @@ class TokenBytes:
         out = []
         for e in entries:
             text, raw = self(e.token_id)
-            tops = tuple(TopLogprob(self(t)[0], logprob, self(t)[1]) for t, logprob in e.top)
-            out.append(TokenLogprob(text, e.logprob, raw, tops))
+            tops = tuple(TopLogprob(self(t)[0], max(logprob, LOGPROB_FLOOR), self(t)[1]) for t, logprob in e.top)
+            out.append(TokenLogprob(text, max(e.logprob, LOGPROB_FLOOR), raw, tops))
         return Logprobs(tuple(out))
