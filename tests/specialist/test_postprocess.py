@@ -43,10 +43,16 @@ def test_hermes_parses_calls_and_keeps_invalid_blocks_as_text() -> None:
 
 
 def test_hermes_streams_only_what_cannot_be_a_call() -> None:
-    parser = HermesParser()
-    assert parser.content_prefix_length("Hello <tool") == len("Hello ")
-    assert parser.content_prefix_length("Hello <toolbox") == len("Hello <toolbox")
-    assert parser.content_prefix_length("Hi <tool_call>{") == 3
+    from macaron.specialist.events import TextDelta
+    from macaron.specialist.tool_stream import CallStreamer
+
+    def content(*steps: str) -> list[str]:
+        streamer = CallStreamer(HermesParser.start, HermesParser.end, (WEATHER,))
+        return [e.text for text in steps for e in streamer.feed(text) if isinstance(e, TextDelta)]
+
+    assert content("Hello <tool") == ["Hello "]  # the tail could still become the start tag
+    assert content("Hello <tool", "Hello <toolbox") == ["Hello ", "<toolbox"]
+    assert content("Hi <tool_call>{") == ["Hi "]
 
 
 def test_forced_schema_and_parse() -> None:
