@@ -130,7 +130,7 @@ def test_structured_answers_cut_by_max_tokens_give_what_fit() -> None:
     (unnamed,) = forced('{"na', WEATHER, email)
     assert unnamed["name"] == ""  # two functions it could be: none is made up
     request = ChatRequest(messages=(Message("user", "weather?"),))
-    (text,) = finish_output('{"type": "card", "chi', 0, cut, request, plan_output(request, ui), ui, 8)
+    (text,) = finish_output('{"type": "card", "chi', cut, request, plan_output(request, ui), ui, 8)
     assert isinstance(text, TextDelta) and text.text == '{"type": "card", "chi'
 
 

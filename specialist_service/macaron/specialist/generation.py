@@ -260,7 +260,7 @@ class Pipeline:
         if calls is not None:
             for event in calls.finish(text, cut=finish.reason == "length"):
                 yield event
-        for event in finish_output(text, 0, finish, request, plan, self.profile, params["max_new_tokens"]):
+        for event in finish_output(text, finish, request, plan, self.profile, params["max_new_tokens"]):
             yield event
         raw_finish = last.finish_reason.model_dump(exclude_none=True)
         if own_stop is not None and raw_finish.get("matched") == own_stop:

@@ -24,11 +24,10 @@ from macaron.specialist.ui_schema import UIValidationError, validate_ui
 
 
 def finish_output(
-    text: str, emitted: int, finish: Finish, request: ChatRequest, plan: OutputPlan, profile: Profile, budget: int
+    text: str, finish: Finish, request: ChatRequest, plan: OutputPlan, profile: Profile, budget: int
 ) -> list[Event]:
-    """Events after the stream: the validated structured output (tool calls were streamed already).
-
-    `emitted` is how much of `text` was already streamed as content; `budget` the max_new_tokens used.
+    """Events after the stream: the validated structured output (text and tool calls were streamed
+    already). `budget` is the max_new_tokens used.
     """
     parser = profile.parser
     if plan.mode == "json" and finish.reason == "stop" and not isinstance(finish.matched, str):
