@@ -113,6 +113,64 @@ def test_tool_choice_required_gives_parsed_tool_calls(client: openai.OpenAI) -> 
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
 
 
+def test_a_streamed_tool_call_arrives_as_openai_argument_deltas(client: openai.OpenAI) -> None:
+    """First delta: index, id, type, name and arguments ""; then argument fragments as generated; finish tool_calls."""
+    params = dict(model="macaron-agent", messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
+                  tools=[WEATHER_TOOL], tool_choice="required", max_tokens=64, temperature=0.0)
+    chunks = list(client.chat.completions.create(**params, stream=True))
+    deltas = [d for c in chunks if c.choices and c.choices[0].delta.tool_calls for d in c.choices[0].delta.tool_calls]
+    first, rest = deltas[0], deltas[1:]
+    assert (first.index, first.type, first.function.name, first.function.arguments) == (0, "function", "get_weather", "")
+    assert first.id.startswith("call_")
+    assert len(rest) > 3 and all(d.index == 0 and d.id is None and d.function.name is None for d in rest)
+    arguments = "".join(d.function.arguments for d in rest)
+    jsonschema.validate(json.loads(arguments), WEATHER_TOOL["function"]["parameters"])
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    with client.chat.completions.stream(**params) as stream:  # the client's own accumulation agrees
+        final = stream.get_final_completion()
+    (call,) = final.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == arguments  # greedy: the same call
+
+
+def test_logprobs_whole_and_streamed_from_the_engine(client: openai.OpenAI) -> None:
+    params = dict(model="macaron-chat", messages=[{"role": "user", "content": "Tell me about the sea."}],
+                  max_tokens=8, temperature=0.0, logprobs=True, top_logprobs=3)
+    whole = client.chat.completions.create(**params)
+    choice = whole.choices[0]
+    content = choice.logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    assert b"".join(bytes(t.bytes) for t in content).decode("utf-8", errors="replace").startswith(choice.message.content)
+    for t in content:
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0
+        assert [o.logprob for o in t.top_logprobs] == sorted((o.logprob for o in t.top_logprobs), reverse=True)
+        assert t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == pytest.approx(t.logprob)
+    streamed = [t for c in client.chat.completions.create(**params, stream=True)
+                if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [(t.token, round(t.logprob, 4)) for t in streamed] == [(t.token, round(t.logprob, 4)) for t in content]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(**{**params, "top_logprobs": 21})
+    assert info.value.param == "top_logprobs"
+
+
+def test_legacy_completions_through_router_and_specialist(client: openai.OpenAI) -> None:
+    params = dict(model="macaron-chat", prompt="Once upon a time", max_tokens=6, temperature=0.0)
+    raw = client.completions.with_raw_response.create(**params, logprobs=2)
+    completion = raw.parse()
+    (choice,) = completion.choices
+    assert raw.headers["x-macaron-specialist"] == "chat" and completion.object == "text_completion"
+    assert completion.usage.completion_tokens == len(choice.logprobs.tokens) <= 6
+    assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs)
+    assert choice.logprobs.text_offset[0] == 0
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**params, stream=True) if c.choices)
+    assert streamed == choice.text
+    both = client.completions.create(**{**params, "prompt": ["Once upon a time", "The sea"]}, echo=True)
+    assert [c.index for c in both.choices] == [0, 1]
+    assert both.choices[0].text == "Once upon a time" + choice.text and both.choices[1].text.startswith("The sea")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(**params, echo=True, logprobs=1)
+    assert info.value.param == "echo"
+
+
 def test_a_forced_call_cut_by_max_tokens_answers_what_fit_with_length(client: openai.OpenAI) -> None:
     for budget in (6, 40):  # cut in the name, then in the arguments
         completion = client.chat.completions.create(
@@ -152,7 +210,7 @@ def test_missing_or_wrong_key_is_401(stack: Stack) -> None:
 
 @pytest.mark.parametrize(
     ("extra", "param"),
-    [({"model": "gpt-4o"}, "model"), ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"temperature": 7}, "temperature")],
+    [({"model": "gpt-4o"}, "model"), ({"n": 2}, "n"), ({"top_logprobs": 3}, "top_logprobs"), ({"temperature": 7}, "temperature")],
 )
 def test_bad_input_is_400(client: openai.OpenAI, extra: dict, param: str) -> None:
     body = {"model": "macaron-auto", "messages": [{"role": "user", "content": "hi"}], **extra}

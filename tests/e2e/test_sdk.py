@@ -71,6 +71,35 @@ def test_errors(stack: Stack, client: sdk.MacaronClient) -> None:
     assert info.value.request_id
 
 
+def test_completions_and_logprobs_through_the_router(client: sdk.MacaronClient) -> None:
+    result = client.completions.create(prompt="def add(a, b):", specialist="code", max_tokens=6, temperature=0.0,
+                                       logprobs=2)
+    assert result.route.specialist == "code" and result.usage.completion_tokens == len(result.logprobs) <= 6
+    assert all(len(t.top_logprobs) == 2 for t in result.logprobs)
+    chat = client.chat.create(messages=[{"role": "user", "content": "hi"}], specialist="chat", max_tokens=4)
+    assert chat.logprobs is None  # not asked for
+    with pytest.raises(sdk.BadRequestError, match="top_logprobs"):  # the router checks what the gateway would
+        client.chat.create(messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=21)
+    with pytest.raises(sdk.BadRequestError, match="top_logprobs needs logprobs"):
+        client.chat.create(messages=[{"role": "user", "content": "hi"}], top_logprobs=2)
+
+
+def test_a_prompt_with_messages_or_tools_is_a_bad_request(stack: Stack) -> None:
+    import grpc
+
+    from macaron.v1 import common_pb2 as pb
+    from macaron.v1 import router_pb2_grpc
+
+    with grpc.insecure_channel(stack.router_target) as channel:
+        stub = router_pb2_grpc.RouterStub(channel)
+        for request in (pb.GenerateRequest(prompt="x", messages=[pb.ChatMessage(role=pb.ROLE_USER, content="y")]),
+                        pb.GenerateRequest(prompt="x", tools=[pb.Tool(function=pb.FunctionDefinition(name="f"))]),
+                        pb.GenerateRequest(prompt="")):
+            with pytest.raises(grpc.RpcError) as info:
+                list(stub.Generate(request, metadata=[("authorization", f"Bearer {API_KEY}")], timeout=30))
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def _nested_schema(depth: int) -> dict:
     schema: dict = {"type": "string"}
     for _ in range(depth):

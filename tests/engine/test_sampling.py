@@ -81,3 +81,27 @@ def test_stop_string_hold_back():
     ids.append(ord("D"))
     new = detok.update(ids)
     assert detok.find_stop(len(new)) == (3, "END")
+
+
+def test_logprobs_are_the_sampled_distribution_after_penalty_mask_and_temperature():
+    """Each row's logprob is log_softmax((logits after bias/penalties) / T), before top-k/top-p truncation."""
+    vocab = 6
+    sampler = Sampler(vocab, eos_token_ids={0})
+    logits = torch.tensor([[1.0, 2.0, 3.0, 0.5, -1.0, 0.0]] * 3)
+
+    def row(top: int, **kw) -> Sequence:
+        params = SamplingParams(max_new_tokens=4, **kw).normalized(max_new_tokens_limit=16, vocab_size=vocab)
+        return Sequence("r", [1], params, adapter=None, generator=torch.Generator().manual_seed(1),
+                        detokenizer=IncrementalDetokenizer(None), return_logprob=True, top_logprobs_num=top)
+
+    rows = [row(2, temperature=0), row(0, temperature=0.5, top_k=2), row(6, temperature=0, logit_bias={"4": 100.0})]
+    tokens = sampler(logits.clone(), rows)
+    expected = [torch.log_softmax(logits[0], -1), torch.log_softmax(logits[1] / 0.5, -1),
+                torch.log_softmax(logits[2] + torch.tensor([0, 0, 0, 0, 100.0, 0]), -1).clamp(min=-9999.0)]
+    assert tokens[0] == 2 and tokens[2] == 4 and tokens[1] in (1, 2)  # top_k=2 never draws outside the two best
+    for seq, token, exp in zip(rows, tokens, expected):
+        (logprob, recorded), = seq.output_logprobs
+        assert recorded == token and abs(logprob - float(exp[token])) < 1e-5
+    assert [t for _, t in rows[0].output_top_logprobs[0]] == [2, 1]
+    assert rows[1].output_top_logprobs == [[]]
+    assert len(rows[2].output_top_logprobs[0]) == 6 and rows[2].output_top_logprobs[0][-1][0] >= -9999.0

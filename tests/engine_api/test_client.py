@@ -47,6 +47,15 @@ async def test_stream_chunks_carry_delta_and_cumulative_text(client: AsyncEngine
     assert chunks[-1].finish_reason is not None and chunks[-1].finish_reason.type == "length"
 
 
+async def test_stream_chunks_carry_the_logprobs_of_their_new_tokens(client: AsyncEngineClient) -> None:
+    logprobs = {"return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": -1}
+    whole = await client.generate(text="Hello", sampling_params=GREEDY, extra_body=logprobs)
+    streamed = [lp async for c in client.generate_stream(text="Hello", sampling_params=GREEDY, extra_body=logprobs)
+                for lp in c.delta_logprobs]
+    assert [t.token_id for t in streamed] == whole.output_ids == [t.token_id for t in whole.meta_info.token_logprobs()]
+    assert all(len(t.top) == 2 and t.top[0][0] == t.token_id for t in streamed)  # greedy: the best one was chosen
+
+
 async def test_bad_request_raises_typed_error(client: AsyncEngineClient) -> None:
     with pytest.raises(EngineBadRequestError) as raised:
         await client.generate(text="a", lora_path="no-such-adapter")

@@ -56,6 +56,34 @@ async def test_generate_answers_sglang_shape(engine: EngineTarget) -> None:
     assert typed.meta_info.finish_reason is not None and typed.meta_info.finish_reason.length == 12
 
 
+async def test_logprobs_in_sglang_shape_whole_and_streamed(engine: EngineTarget) -> None:
+    """return_logprob / top_logprobs_num: (logprob, token id, text) per output token, the same streamed."""
+    body = {"text": "Hello", "sampling_params": GREEDY, "return_logprob": True, "top_logprobs_num": 3,
+            "logprob_start_len": -1, "return_text_in_logprobs": True}
+    response = await post(engine.url, "/generate", body)
+    assert response.status_code == 200, response.text
+    out = response.json()
+    meta = out["meta_info"]
+    tokens, tops = meta["output_token_logprobs"], meta["output_top_logprobs"]
+    assert [t[1] for t in tokens] == out["output_ids"]
+    assert len(tops) == len(tokens) == 12
+    for (logprob, token, text), top in zip(tokens, tops):
+        assert logprob <= 0.0 and isinstance(text, str)
+        assert len(top) == 3 and [e[0] for e in top] == sorted((e[0] for e in top), reverse=True)
+        assert top[0][1] == token and abs(top[0][0] - logprob) < 1e-5  # greedy: the chosen token is the best one
+    status, frames = await stream_generate(engine.url, body)
+    assert status == 200, frames
+    streamed = [json.loads(f) for f in frames if f != "[DONE]"]
+    last = streamed[-1]["meta_info"]
+    seen: list[Any] = []
+    for chunk in streamed:  # cumulative or incremental, the tokens add up to the whole answer's
+        part = chunk["meta_info"]["output_token_logprobs"]
+        seen = part if len(part) == chunk["meta_info"]["completion_tokens"] else seen + part
+    assert [t[1] for t in seen] == out["output_ids"]
+    assert [round(t[0], 4) for t in seen] == [round(t[0], 4) for t in tokens]
+    assert last["completion_tokens"] == 12
+
+
 async def test_generate_accepts_router_fields(engine: EngineTarget) -> None:
     """The extra top-level fields smg adds, nulls in sampling_params, input_ids prompts."""
     body = {
@@ -247,7 +275,9 @@ def _bad_inputs(context_length: int) -> list[tuple[str, Any]]:
 EMBEDDED_ONLY_BAD_INPUTS: list[tuple[str, Any]] = [
     ("empty prompt", {"text": ""}),
     ("zero max_new_tokens", {"text": "a", "sampling_params": {"max_new_tokens": 0}}),
-    ("logprobs asked for", {"text": "a", "return_logprob": True}),
+    ("prompt logprobs asked for", {"text": "a", "return_logprob": True, "logprob_start_len": 0}),
+    ("logprobs of chosen token ids", {"text": "a", "return_logprob": True, "token_ids_logprob": [1, 2]}),
+    ("negative top_logprobs_num", {"text": "a", "return_logprob": True, "top_logprobs_num": -1}),
     ("a batch of prompts", {"text": ["a", "b"]}),
     ("two prompts at once", {"text": "a", "input_ids": [1]}),
 ]

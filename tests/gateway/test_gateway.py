@@ -76,18 +76,49 @@ def test_named_tool_choice_response_format_and_sampling_extras_reach_the_router(
     assert fake.servicer.calls[-1].request.sampling.top_k == -1  # vLLM's "off"
 
 
-def test_parallel_tool_calls_false_answers_one_call(dev_gateway: ThreadedServer) -> None:
+def test_parallel_tool_calls_reaches_the_router_and_nothing_is_trimmed(dev_gateway: ThreadedServer,
+                                                                      fake: FakeRouterServer) -> None:
+    """The specialist stops generation after the first call; the gateway passes the flag, never trims."""
     client = oai(dev_gateway)
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
     msgs = [{"role": "user", "content": "two tools"}]
     both = client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools)
+    assert not fake.servicer.calls[-1].request.HasField("parallel_tool_calls")
     assert [c.id for c in both.choices[0].message.tool_calls] == ["call_1", "call_2"]
-    one = client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, parallel_tool_calls=False)
-    assert [c.id for c in one.choices[0].message.tool_calls] == ["call_1"]
-    streamed = [d for c in client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, stream=True,
-                                                          parallel_tool_calls=False)
-                if c.choices and c.choices[0].delta.tool_calls for d in c.choices[0].delta.tool_calls]
-    assert {d.index for d in streamed} == {0} and streamed[0].id == "call_1"
+    client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, parallel_tool_calls=False)
+    sent = fake.servicer.calls[-1].request
+    assert sent.HasField("parallel_tool_calls") and sent.parallel_tool_calls is False
+    client.chat.completions.create(model="macaron-agent", messages=msgs, tools=tools, parallel_tool_calls=True)
+    assert fake.servicer.calls[-1].request.parallel_tool_calls is True
+
+
+def test_logprobs_whole_and_streamed_in_openai_shape(dev_gateway: ThreadedServer, fake: FakeRouterServer) -> None:
+    client = oai(dev_gateway)
+    whole = client.chat.completions.create(model="macaron-chat", messages=HI, logprobs=True, top_logprobs=2)
+    sent = fake.servicer.calls[-1].request
+    assert sent.logprobs and sent.top_logprobs == 2
+    content = whole.choices[0].logprobs.content
+    assert [(t.token, t.logprob, bytes(t.bytes)) for t in content] == [("Hello", -0.5, b"Hello"), (" world", -1.5, b" world")]
+    assert [o.token for o in content[0].top_logprobs] == ["Hello", "alt1"]
+    plain = client.chat.completions.create(model="macaron-chat", messages=HI)
+    assert plain.choices[0].logprobs is None and not fake.servicer.calls[-1].request.logprobs
+    chunks = list(client.chat.completions.create(model="macaron-chat", messages=HI, logprobs=True, stream=True))
+    with_text = [c.choices[0] for c in chunks if c.choices and c.choices[0].delta.content]
+    assert [(c.delta.content, [t.token for t in c.logprobs.content]) for c in with_text] == [
+        ("Hello", ["Hello"]), (" world", [" world"])]  # each token's logprob rides with its text
+    assert all(t.top_logprobs == [] for c in with_text for t in c.logprobs.content)
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"logprobs": "maybe"}, "logprobs"),
+])
+def test_bad_logprobs_are_400(dev_gateway: ThreadedServer, extra: dict, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        oai(dev_gateway).chat.completions.create(model="macaron-chat", messages=HI, **extra)
+    assert info.value.status_code == 400 and info.value.body["param"] == param
 
 
 def test_stream_in_openai_sse_shape_with_usage(dev_gateway: ThreadedServer) -> None:
@@ -136,7 +167,6 @@ def test_tool_calls_whole_and_streamed(dev_gateway: ThreadedServer, fake: FakeRo
     [
         ({"model": "gpt-4o", "messages": HI}, "model", "model_not_found"),
         ({"model": "macaron-auto", "messages": HI, "n": 2}, "n", "unsupported_value"),
-        ({"model": "macaron-auto", "messages": HI, "logprobs": True}, "logprobs", "unsupported_value"),
         ({"model": "macaron-auto", "messages": []}, "messages", "invalid_value"),
         ({"model": "macaron-auto", "messages": [{"role": "robot", "content": "x"}]}, "messages[0]", "invalid_value"),
         ({"model": "macaron-auto", "messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),

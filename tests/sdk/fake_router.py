@@ -10,7 +10,10 @@ The newest user message picks the behaviour:
 - `slow` streams a chunk every 50 ms for 100 s; `cancelled` is set only when the client cancels it
   before its deadline (not when it ends or times out);
 - `tools` answers one tool call, `two tools` two of them; `abort` finishes with FINISH_REASON_ABORT;
-- anything else: route, "Hello", " world", finish STOP with usage (cached_tokens 3).
+- anything else: route, "Hello", " world", finish STOP with usage (cached_tokens 3); with `logprobs`,
+  each word's chunk is preceded by a chunk with its logprob (and `top_logprobs` alternatives).
+
+A plain prompt (`prompt` set, completions) is read as the newest user message.
 
 Every call's request and metadata are recorded in `calls`.
 """
@@ -63,6 +66,8 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
         self.calls.append(Call(request, metadata))
         text = next((m.content for m in reversed(request.messages) if m.role == pb.ROLE_USER), "")
+        if request.HasField("prompt"):
+            text = request.prompt
         rid = request.request_id
         if text.startswith("fail:"):
             _abort(context, text.split(":", 1)[1])
@@ -119,8 +124,10 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
             yield pb.GenerateChunk(request_id=rid, text="cut")
             yield _done(rid, pb.FINISH_REASON_ABORT)
             return
-        yield pb.GenerateChunk(request_id=rid, text="Hello")
-        yield pb.GenerateChunk(request_id=rid, text=" world")
+        for i, word in enumerate(("Hello", " world")):
+            if request.logprobs:
+                yield pb.GenerateChunk(request_id=rid, logprobs=[_logprob(word, -0.5 - i, request.top_logprobs)])
+            yield pb.GenerateChunk(request_id=rid, text=word)
         yield _done(rid, pb.FINISH_REASON_STOP)
 
     def Classify(self, request: router_pb2.ClassifyRequest, context: grpc.ServicerContext) -> router_pb2.ClassifyResponse:
@@ -130,6 +137,12 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
         probs = [router_pb2.SpecialistProbability(specialist=k, probability=0.75 if k == route.specialist else 0.25 / 3)
                  for k in KINDS.values()]
         return router_pb2.ClassifyResponse(route=route, probabilities=probs, decision_ms=0.2)
+
+
+def _logprob(token: str, logprob: float, top: int) -> pb.TokenLogprob:
+    alternatives = [pb.TopLogprob(token=token, logprob=logprob, bytes=token.encode())]
+    alternatives += [pb.TopLogprob(token=f"alt{k}", logprob=logprob - k, bytes=f"alt{k}".encode()) for k in range(1, top)]
+    return pb.TokenLogprob(token=token, logprob=logprob, bytes=token.encode(), top_logprobs=alternatives[:top])
 
 
 def _done(rid: str, reason: int) -> pb.GenerateChunk:

@@ -69,7 +69,14 @@ class Result:
 
     @property
     def calls(self) -> list[pb.ToolCallDelta]:
-        return [call for c in self.chunks for call in c.tool_calls]
+        """The whole calls: streamed deltas merged by index, as OpenAI clients merge them."""
+        merged: dict[int, pb.ToolCallDelta] = {}
+        for c in self.chunks:
+            for d in c.tool_calls:
+                call = merged.setdefault(d.index, pb.ToolCallDelta(index=d.index))
+                call.id, call.type, call.name = call.id or d.id, call.type or d.type, call.name or d.name
+                call.arguments += d.arguments
+        return [merged[i] for i in sorted(merged)]
 
     @property
     def route(self) -> pb.RouteDecision:

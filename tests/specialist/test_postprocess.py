@@ -43,10 +43,16 @@ def test_hermes_parses_calls_and_keeps_invalid_blocks_as_text() -> None:
 
 
 def test_hermes_streams_only_what_cannot_be_a_call() -> None:
-    parser = HermesParser()
-    assert parser.content_prefix_length("Hello <tool") == len("Hello ")
-    assert parser.content_prefix_length("Hello <toolbox") == len("Hello <toolbox")
-    assert parser.content_prefix_length("Hi <tool_call>{") == 3
+    from macaron.specialist.events import TextDelta
+    from macaron.specialist.tool_stream import CallStreamer
+
+    def content(*steps: str) -> list[str]:
+        streamer = CallStreamer(HermesParser.start, HermesParser.end, (WEATHER,))
+        return [e.text for text in steps for e in streamer.feed(text) if isinstance(e, TextDelta)]
+
+    assert content("Hello <tool") == ["Hello "]  # the tail could still become the start tag
+    assert content("Hello <tool", "Hello <toolbox") == ["Hello ", "<toolbox"]
+    assert content("Hi <tool_call>{") == ["Hi "]
 
 
 def test_forced_schema_and_parse() -> None:
@@ -61,30 +67,70 @@ def test_forced_schema_and_parse() -> None:
         parser.parse_forced('{"name": "get_weather", "arguments": {}}', (WEATHER,))
 
 
+def _streamed(streamer, text: str, cut: bool, step: int = 1) -> list:
+    events = []
+    for i in range(step, len(text) + step, step):
+        events += streamer.feed(text[:i])
+    return events + streamer.finish(text, cut=cut)
+
+
+def _calls(events) -> list[dict[str, str]]:
+    """OpenAI's accumulation: deltas merged by index (the openai client does the same)."""
+    from macaron.specialist.events import ToolCallDeltas
+
+    calls: dict[int, dict[str, str]] = {}
+    for e in events:
+        for d in (e.deltas if isinstance(e, ToolCallDeltas) else ()):
+            call = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = call["id"] or d.id
+            call["name"] = call["name"] or d.name
+            call["arguments"] += d.arguments
+    return [calls[i] for i in sorted(calls)]
+
+
+def test_tool_calls_stream_as_openai_deltas() -> None:
+    """Name first (with id, arguments ""), then argument fragments as generated; no tag or outer brace leaks."""
+    from macaron.specialist.events import TextDelta, ToolCallDeltas
+    from macaron.specialist.tool_stream import CallStreamer
+
+    text = ('Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa}ris {", "n": [1, {"a": "\\""}]}}'
+            '\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+            '<tool_call>{"name": "nope", "arguments": {}}</tool_call>')
+    events = _streamed(CallStreamer("<tool_call>", "</tool_call>", (WEATHER,)), text, cut=False)
+    deltas = [d for e in events if isinstance(e, ToolCallDeltas) for d in e.deltas]
+    first = deltas[0]
+    assert (first.index, first.name, first.arguments) == (0, "get_weather", "") and first.id.startswith("call_")
+    assert len([d for d in deltas if d.index == 0]) > 10  # fragments while generated, not one piece at the end
+    calls = _calls(events)
+    assert [json.loads(c["arguments"]) for c in calls] == [{"city": "Pa}ris {", "n": [1, {"a": '"'}]}, {"city": "Oslo"}]
+    assert len({c["id"] for c in calls}) == 2
+    content = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert content.startswith("Sure.") and '"nope"' in content and "get_weather" not in content
+
+
 def test_structured_answers_cut_by_max_tokens_give_what_fit() -> None:
     """As OpenAI: a forced call or UI description that hit max_tokens is answered, partial, with finish length."""
-    from macaron.specialist.events import TextDelta, ToolCalls
+    from macaron.specialist.events import TextDelta
     from macaron.specialist.finish import Finish
     from macaron.specialist.postprocess import finish_output
+    from macaron.specialist.tool_stream import CallStreamer
 
     settings = SpecialistsSettings()
-    agent, ui = load_profile(settings, "agent"), load_profile(settings, "ui")
+    ui = load_profile(settings, "ui")
     email = ToolSpec("send_email", "", {"type": "object"})
-    hi = (Message("user", "weather?"),)
-    forced = ChatRequest(messages=hi, tools=(WEATHER, email), tool_choice=ToolChoice("function", "get_weather"))
     cut = Finish("length", length=8)
-    (calls,) = finish_output('{"name": "get_weather", "arguments": {"city": "Pa', 0, cut, forced,
-                             plan_output(forced, agent), agent, 8)
-    assert isinstance(calls, ToolCalls)
-    (call,) = calls.calls
-    assert call.name == "get_weather" and call.arguments == '{"city": "Pa' and call.id.startswith("call_")
-    (early,) = finish_output('{"na', 0, cut, forced, plan_output(forced, agent), agent, 2)
-    assert early.calls[0].name == "get_weather" and early.calls[0].arguments == ""  # the forced function's name
-    required = ChatRequest(messages=hi, tools=(WEATHER, email), tool_choice=ToolChoice("required"))
-    (unnamed,) = finish_output('{"na', 0, cut, required, plan_output(required, agent), agent, 2)
-    assert unnamed.calls[0].name == ""  # two functions it could be: none is made up
-    request = ChatRequest(messages=hi)
-    (text,) = finish_output('{"type": "card", "chi', 0, cut, request, plan_output(request, ui), ui, 8)
+
+    def forced(text: str, *tools: ToolSpec) -> list[dict[str, str]]:
+        return _calls(_streamed(CallStreamer("<tool_call>", "</tool_call>", tools, in_call=True), text, cut=True, step=3))
+
+    (call,) = forced('{"name": "get_weather", "arguments": {"city": "Pa', WEATHER)
+    assert call["name"] == "get_weather" and call["arguments"] == '{"city": "Pa' and call["id"].startswith("call_")
+    (early,) = forced('{"na', WEATHER)
+    assert early["name"] == "get_weather" and early["arguments"] == ""  # the forced function's name
+    (unnamed,) = forced('{"na', WEATHER, email)
+    assert unnamed["name"] == ""  # two functions it could be: none is made up
+    request = ChatRequest(messages=(Message("user", "weather?"),))
+    (text,) = finish_output('{"type": "card", "chi', cut, request, plan_output(request, ui), ui, 8)
     assert isinstance(text, TextDelta) and text.text == '{"type": "card", "chi'
 
 
@@ -242,3 +288,16 @@ def test_pipeline_without_a_live_engine_is_unavailable() -> None:
         await pipeline.engines.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_token_bytes_join_to_the_exact_text(tokenizer) -> None:
+    """Byte-level BPE: a character split over tokens is exact in the joined bytes, replaced in each token's text."""
+    from macaron.specialist.logprobs import TokenBytes
+
+    text = "ok 😀 日本語 é! <|im_end|>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    token_bytes = TokenBytes(tokenizer)
+    pieces = [token_bytes(i) for i in ids]
+    assert b"".join(raw for _, raw in pieces) == text.encode()
+    assert all(token == raw.decode("utf-8", errors="replace") for token, raw in pieces)
+    assert any("\ufffd" in token for token, _ in pieces)  # the emoji spans tokens

@@ -33,7 +33,6 @@ SAMPLING_FIELDS: tuple[str, ...] = (*SamplingParams.model_fields, "choice")
 IGNORED_FIELDS: dict[str, str] = {
     "model": "added by routers (smg); the engine serves one base model, adapters go in lora_path",
     "log_metrics": "applied: false keeps the request out of /metrics",
-    "return_text_in_logprobs": "no logprobs are returned, so there is no text to add",
     "background": "OpenAI Responses API only",
     "no_logs": "the engine logs no request contents anyway",
     "return_bytes": "image generation only",
@@ -61,8 +60,13 @@ class GenerateReqInput(BaseModel):
     lora_path: str | list[str | None] | None = None
     log_metrics: bool = True
     return_prompt_token_ids: bool = False
-    # refused when set: the engine cannot honour them
+    # logprobs of output tokens (prompt logprobs and token_ids_logprob are refused)
     return_logprob: bool | list[bool] | None = None
+    top_logprobs_num: int | list[int] | None = None
+    logprob_start_len: int | list[int] | None = None
+    return_text_in_logprobs: bool | None = None
+    token_ids_logprob: list[int] | list[list[int]] | None = None
+    # refused when set: the engine cannot honour them
     return_hidden_states: bool | str | list[Any] | None = None
     return_routed_experts: bool = False
     return_entropy: bool = False
@@ -75,10 +79,6 @@ class GenerateReqInput(BaseModel):
     audio_data: Any = None
     # accepted and ignored (see IGNORED_FIELDS)
     model: str | None = None
-    return_text_in_logprobs: bool | None = None
-    logprob_start_len: int | list[int] | None = None
-    top_logprobs_num: int | list[int] | None = None
-    token_ids_logprob: list[int] | list[list[int]] | None = None
     background: bool = False
     no_logs: bool = False
     return_bytes: bool = False
@@ -202,11 +202,19 @@ def _refuse_unsupported(obj: GenerateReqInput) -> None:
         or isinstance(obj.sampling_params, list)
         or isinstance(obj.rid, list)
         or isinstance(obj.lora_path, list)
+        or isinstance(obj.return_logprob, list)
+        or isinstance(obj.top_logprobs_num, list)
+        or isinstance(obj.logprob_start_len, list)
     )
     if batch:
         raise Refused(engine_error(400, "batch requests (lists of prompts) are not supported; send one request per prompt."))
+    if obj.logprob_start_len not in (None, -1):
+        raise Refused(engine_error(400, "logprob_start_len must be -1 (output tokens only): prompt logprobs are not "
+                                        "supported by this engine."))
+    if obj.top_logprobs_num is not None and obj.top_logprobs_num < 0:
+        raise Refused(engine_error(400, f"top_logprobs_num must be at least 0, got {obj.top_logprobs_num}."))
     unsupported = {
-        "return_logprob": obj.return_logprob,
+        "token_ids_logprob": obj.token_ids_logprob,
         "return_hidden_states": obj.return_hidden_states,
         "return_routed_experts": obj.return_routed_experts,
         "return_entropy": obj.return_entropy,
@@ -238,20 +246,25 @@ def to_engine_request(obj: GenerateReqInput) -> GenerateRequest:
         sampling=_sampling_params(obj.sampling_params),
         lora_path=obj.lora_path,
         stream=obj.stream,
+        return_logprob=bool(obj.return_logprob),
+        top_logprobs_num=int(obj.top_logprobs_num or 0) if obj.return_logprob else 0,
     )
 
 
 class ResponseEncoder:
     """Turns cumulative RequestOutputs into SGLang response objects (cumulative or incremental)."""
 
-    def __init__(self, incremental: bool, prompt_token_ids: list[int] | None):
+    def __init__(self, incremental: bool, prompt_token_ids: list[int] | None, token_text: Any = None):
         self.incremental = incremental
         self.prompt_token_ids = prompt_token_ids
+        self.token_text = token_text
+        """With return_text_in_logprobs: token id -> its text (the tokenizer's decode), else None."""
         self.sent_text = 0
         self.sent_ids = 0
 
     def encode(self, out: RequestOutput) -> dict[str, Any]:
         text, ids = out.text, out.output_ids
+        start = self.sent_ids if self.incremental else 0
         if self.incremental:
             text, ids = text[self.sent_text :], ids[self.sent_ids :]
             self.sent_text, self.sent_ids = len(out.text), len(out.output_ids)
@@ -265,10 +278,19 @@ class ResponseEncoder:
             "weight_version": "default",
             "reasoning_tokens": 0,
         }
+        if out.output_token_logprobs is not None:
+            # SGLang's shape: (logprob, token id, text or None) per position; lists of them for the top ones
+            meta["output_token_logprobs"] = [self._entry(e) for e in out.output_token_logprobs[start:]]
+            meta["output_top_logprobs"] = [[self._entry(e) for e in top] for top in (out.output_top_logprobs or [])[start:]]
         body: dict[str, Any] = {"text": text, "output_ids": list(ids), "meta_info": meta}
         if self.prompt_token_ids is not None:
             body["prompt_token_ids"] = self.prompt_token_ids
         return body
+
+
+    def _entry(self, entry: tuple[float, int]) -> list[Any]:
+        logprob, token = entry
+        return [logprob, token, self.token_text(token) if self.token_text is not None else None]
 
 
 def sse_event(obj: Any) -> bytes:

@@ -18,7 +18,7 @@ Unlike SGLang, a streaming request that the engine refuses is answered with its 
 before the stream starts (the engine validates synchronously), never with an error frame.
 
 Top-level /generate fields SGLang accepts but this engine does not apply are listed in
-http_protocol.IGNORED_FIELDS; fields it cannot honour (logprobs, images, sessions, ...) are refused with
+http_protocol.IGNORED_FIELDS; fields it cannot honour (prompt logprobs, images, sessions, ...) are refused with
 a 400 naming the field. Unknown top-level fields are ignored, as SGLang does.
 """
 
@@ -179,7 +179,10 @@ class EngineServer:
     async def generate(self, request: Request) -> Response:
         obj: GenerateReqInput = await read_body(request, GenerateReqInput)
         req = to_engine_request(obj)
-        encoder = ResponseEncoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj))
+        tokenizer = self.engine.tokenizer
+        token_text = (lambda t: tokenizer.decode([t])) if obj.return_text_in_logprobs else None
+        encoder = ResponseEncoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj),
+                                  token_text)
         stream = await self._submit(req)
         outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics)
         if obj.stream:

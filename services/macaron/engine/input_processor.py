@@ -84,6 +84,8 @@ class InputProcessor:
             )
         except SamplingParamsError as exc:
             raise InvalidRequestError(str(exc)) from exc
+        if not 0 <= request.top_logprobs_num <= self.vocab_size:
+            raise InvalidRequestError(f"top_logprobs_num must be in [0, {self.vocab_size}], got {request.top_logprobs_num}")
         ids = self.tokenize(request.prompt)
         total = len(ids) + sampling.max_new_tokens
         if total > self.context_length:
@@ -129,6 +131,8 @@ class InputProcessor:
             ),
             grammar=grammar,
             stream=request.stream,
+            return_logprob=request.return_logprob,
+            top_logprobs_num=request.top_logprobs_num,
         )
         if needs_penalties(seq):
             seq.token_counts = torch.zeros(self.vocab_size, dtype=torch.int32, device=self.device)

@@ -49,7 +49,8 @@ def finalize(seq: Sequence, reason: dict[str, Any]) -> str:
         text = detok.text[:index]
     else:
         text = detok.final_text(ids)
-    if seq.grammar is not None and reason["type"] == "stop":
+    if seq.grammar is not None and reason["type"] == "stop" and not isinstance(reason.get("matched"), str):
+        # a stop string cuts constrained output on purpose (as on SGLang, which never re-validates)
         error = seq.grammar.validate(text)
         if error is not None:
             reason.clear()
@@ -74,6 +75,8 @@ def make_output(seq: Sequence, text: str | None = None) -> RequestOutput:
         cached_tokens=seq.num_cached_tokens,
         e2e_latency=time.monotonic() - seq.arrival_time,
         first_token_latency=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
+        output_token_logprobs=list(seq.output_logprobs) if seq.return_logprob else None,
+        output_top_logprobs=list(seq.output_top_logprobs) if seq.return_logprob else None,
     )
 
 

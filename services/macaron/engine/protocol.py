@@ -50,6 +50,10 @@ class GenerateRequest:
     lora_path: str | None = None
     """Adapter name (optionally `name@version`); None is the plain base model."""
     stream: bool = False
+    return_logprob: bool = False
+    """Record each output token's log probability (SGLang's `return_logprob`, output tokens only)."""
+    top_logprobs_num: int = 0
+    """Also record the this-many most likely tokens at each output position (SGLang's `top_logprobs_num`)."""
 
 
 @dataclass
@@ -70,6 +74,10 @@ class RequestOutput:
     first_token_latency: float | None = None
     """Seconds from submission to the step that sampled the first output token (stamped on the
     request itself, so it is right for non-streaming requests too); None before that."""
+    output_token_logprobs: list[tuple[float, int]] | None = None
+    """(logprob, token id) of every output token so far, when the request asked for logprobs."""
+    output_top_logprobs: list[list[tuple[float, int]]] | None = None
+    """Per output position, the top_logprobs_num most likely (logprob, token id), best first."""
 
 
 class RequestStream(Protocol):

@@ -1,5 +1,11 @@
 """Logits to token ids, per row: bias, penalties, min_new_tokens, grammar mask, greedy or sampled.
 
+Rows that asked for logprobs get them from the distribution the token is drawn from: after bias,
+penalties, min_new_tokens and the grammar mask, divided by the temperature (greedy rows use 1),
+before top-k / top-p / min-p truncation (SGLang's processed logprobs; OpenAI documents the
+log probability of the token, not of a truncated distribution). A token the mask forbids has
+-inf, sent as LOGPROB_FLOOR (OpenAI's -9999.0) because JSON has no infinity.
+
 Every step is batched over the rows that need it; rows that need nothing pay nothing. A sampled
 row draws one uniform number from its own torch.Generator and inverts its own CDF, so the same
 seed gives the same tokens whatever else is in the batch.
@@ -13,6 +19,10 @@ from macaron.engine.grammar import apply_grammar_masks
 from macaron.engine.sequence import Sequence
 
 
+LOGPROB_FLOOR = -9999.0
+"""OpenAI's value for "very unlikely"; also keeps -inf out of JSON."""
+
+
 class Sampler:
     def __init__(self, vocab_size: int, eos_token_ids: set[int]) -> None:
         self.vocab_size = vocab_size
@@ -23,6 +33,12 @@ class Sampler:
         self._apply_bias_and_penalties(logits, seqs)
         self._apply_min_new_tokens(logits, seqs)
         apply_grammar_masks(logits, seqs)
+        tokens = self._choose(logits, seqs)
+        if any(s.return_logprob for s in seqs):
+            record_logprobs(logits, seqs, tokens)
+        return tokens
+
+    def _choose(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         greedy = [i for i, s in enumerate(seqs) if s.sampling.is_greedy]
         if len(greedy) == len(seqs):
             return logits.argmax(dim=-1).tolist()
@@ -95,6 +111,26 @@ class Sampler:
                     banned += self.eos_token_ids
                 if banned:
                     logits[i, banned] = float("-inf")
+
+
+def record_logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> None:
+    """Appends the chosen token's logprob (and the top ones asked for) to each row that wants them."""
+    rows = [i for i, s in enumerate(seqs) if s.return_logprob]
+    ri = torch.tensor(rows, device=logits.device)
+    temps = torch.tensor([seqs[i].sampling.temperature for i in rows], dtype=logits.dtype, device=logits.device)
+    logprobs = torch.log_softmax(logits[ri] / temps[:, None], dim=-1).clamp_(min=LOGPROB_FLOOR)
+    chosen = torch.tensor([tokens[i] for i in rows], device=logits.device)
+    picked = logprobs.gather(1, chosen[:, None]).squeeze(1).tolist()
+    k = max(seqs[i].top_logprobs_num for i in rows)
+    top_values, top_ids = (logprobs.topk(k, dim=-1) if k else (None, None))
+    for j, i in enumerate(rows):
+        seq = seqs[i]
+        seq.output_logprobs.append((picked[j], tokens[i]))
+        if seq.top_logprobs_num and top_values is not None:
+            n = seq.top_logprobs_num
+            seq.output_top_logprobs.append(list(zip(top_values[j, :n].tolist(), top_ids[j, :n].tolist())))
+        else:
+            seq.output_top_logprobs.append([])
 
 
 def _has_filters(seq: Sequence) -> bool:

@@ -40,6 +40,8 @@ class Sequence:
         grammar: GrammarState | None = None,
         stream: bool = False,
         arrival_time: float | None = None,
+        return_logprob: bool = False,
+        top_logprobs_num: int = 0,
     ) -> None:
         self.seq_id = next(Sequence._ids)
         self.rid = rid
@@ -68,6 +70,11 @@ class Sequence:
         self.admitted_once = False
         self.first_token_time: float | None = None
         """time.monotonic() when the first output token was sampled (for TTFT and inter-token metrics)."""
+        self.return_logprob = return_logprob or top_logprobs_num > 0
+        self.top_logprobs_num = top_logprobs_num
+        self.output_logprobs: list[tuple[float, int]] = []
+        """(logprob, token id) of each output token, filled by the sampler when return_logprob is set."""
+        self.output_top_logprobs: list[list[tuple[float, int]]] = []
 
     # --- lengths -------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -25,6 +25,7 @@ from macaron.engine_client._types import (
     SamplingParamsDict,
     ServerInfo,
     StreamChunk,
+    TokenLogprob,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "SamplingParamsDict",
     "ServerInfo",
     "StreamChunk",
+    "TokenLogprob",
 ]

@@ -45,6 +45,15 @@ class FinishReason(_Open):
     status_code: int | None = None
 
 
+class TokenLogprob(BaseModel):
+    """One output position's logprob (asked with `return_logprob`), and the top ones (`top_logprobs_num`)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = Field(default_factory=list)
+    """(token id, logprob) of the most likely tokens at this position, best first."""
+
+
 class MetaInfo(_Open):
     """SGLang's meta_info of one response or stream chunk."""
 
@@ -55,6 +64,22 @@ class MetaInfo(_Open):
     cached_tokens: int = 0
     e2e_latency: float | None = None
     weight_version: str | None = None
+    output_token_logprobs: list[list[Any]] | None = None
+    """SGLang's (logprob, token id, text or null) per output token, with return_logprob."""
+    output_top_logprobs: list[list[list[Any]] | None] | None = None
+
+    def token_logprobs(self, last: int | None = None) -> list[TokenLogprob]:
+        """The logprobs of the output tokens (only the `last` ones when given: a chunk's new tokens)."""
+        tokens = self.output_token_logprobs or []
+        tops = self.output_top_logprobs or []
+        start = 0 if last is None else max(0, len(tokens) - last)
+        out = []
+        for i in range(start, len(tokens)):
+            logprob, token_id = tokens[i][0], tokens[i][1]
+            top = tops[i] if i < len(tops) and tops[i] else []
+            out.append(TokenLogprob(token_id=int(token_id), logprob=float(logprob),
+                                    top=[(int(e[1]), float(e[0])) for e in top]))
+        return out
 
 
 class GenerateResult(_Open):
@@ -82,6 +107,12 @@ class StreamChunk(BaseModel):
     delta_output_ids: list[int]
     """Token ids new in this chunk."""
     meta_info: MetaInfo
+
+    @property
+    def delta_logprobs(self) -> list[TokenLogprob]:
+        """Logprobs of this chunk's new tokens (empty unless asked for); SGLang's lists may be
+        cumulative or incremental, and both end with the new tokens."""
+        return self.meta_info.token_logprobs(last=len(self.delta_output_ids))
 
     @property
     def finished(self) -> bool:

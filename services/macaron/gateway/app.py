@@ -24,10 +24,12 @@ from macaron import telemetry
 from macaron.auth import Guard, resolve_dev_mode
 from macaron.config import MacaronSettings
 from macaron.gateway import protocol as p
+from macaron.gateway import protocol_completions as pc
 from macaron.gateway.errors import GatewayError, from_validation
 from macaron.gateway.metrics import GatewayMetrics
 from macaron.gateway.routes import router
 from macaron.gateway.serving_chat import ChatService
+from macaron.gateway.serving_completions import CompletionService
 from macaron.gateway.settings import GatewaySettings
 from macaron.sdk import AsyncMacaronClient
 from macaron.store import Store, open_store
@@ -47,6 +49,7 @@ class Gateway:
         self.store = store
         self.metrics = GatewayMetrics()
         self.chat = ChatService(client, self.metrics)
+        self.completions = CompletionService(client, self.metrics)
         self.created = p.now()
         self.draining = False
         """Set on SIGTERM: new chat requests get 503 and /readyz fails while streams finish."""
@@ -211,15 +214,16 @@ async def _no_receive() -> Message:
 
 
 def _openapi(app: FastAPI) -> dict:
-    """FastAPI's document plus the chat request's schema (the route parses its body itself)."""
+    """FastAPI's document plus the request bodies' schemas (the routes parse their bodies themselves)."""
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
 
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        request_schema = p.ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.update(request_schema.pop("$defs", {}))
-        components["ChatCompletionRequest"] = request_schema
+        for name, model in (("ChatCompletionRequest", p.ChatCompletionRequest), ("CompletionRequest", pc.CompletionRequest)):
+            request_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(request_schema.pop("$defs", {}))
+            components[name] = request_schema
         app.openapi_schema = schema
     return app.openapi_schema
 

@@ -3,8 +3,9 @@
 Requests are validated here so that bad input is a 400 in OpenAI's error shape naming the
 field (`param`), before anything reaches the router. Fields OpenAI defines that Macaron
 cannot honour are refused when set to a value that would change the answer (`n` > 1,
-`logprobs`, `logit_bias`, audio, images), and accepted when harmless (`store`, `metadata`,
-`service_tier`, ...). `parallel_tool_calls: false` is honoured (one tool call at most). The
+`logit_bias`, audio, images), and accepted when harmless (`store`, `metadata`,
+`service_tier`, ...). `parallel_tool_calls: false` is honoured (generation stops after the first
+tool call); `logprobs` / `top_logprobs` (0 to 20) come back in OpenAI's shape. The
 sampling extras of vLLM's and SGLang's servers (`top_k`, `min_p`, `repetition_penalty`,
 `min_tokens`) are accepted. Unknown fields are a 400, as OpenAI does.
 """
@@ -162,7 +163,7 @@ class ChatCompletionRequest(_Strict):
     user: str | None = Field(None, max_length=256)
     n: int | None = Field(None, ge=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     logit_bias: dict[str, float] | None = None
     # Accepted and ignored: they do not change the answer.
     store: bool | None = None
@@ -184,8 +185,8 @@ class ChatCompletionRequest(_Strict):
             return "model", f"The model `{self.model}` does not exist; use one of {', '.join(MODELS)}."
         if self.n not in (None, 1):
             return "n", "n > 1 is not supported: Macaron returns one choice per request."
-        if self.logprobs or self.top_logprobs:
-            return "logprobs", "logprobs are not supported by Macaron Serve."
+        if self.top_logprobs is not None and not self.logprobs:
+            return "top_logprobs", "top_logprobs needs logprobs set to true."
         if self.logit_bias:
             return "logit_bias", "logit_bias is not supported by Macaron Serve."
         if self.stream_options is not None and not self.stream:
@@ -206,11 +207,6 @@ class ChatCompletionRequest(_Strict):
     @property
     def output_budget(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-
-    @property
-    def single_tool_call(self) -> bool:
-        """parallel_tool_calls: false: at most one tool call in the answer."""
-        return self.parallel_tool_calls is False
 
     @property
     def include_usage(self) -> bool:
@@ -238,11 +234,31 @@ class ResponseMessage(BaseModel):
     tool_calls: list[ResponseToolCall] | None = None
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    """OpenAI's choices[].logprobs of chat completions."""
+
+    content: list[TokenLogprob] | None = None
+    refusal: list[TokenLogprob] | None = None
+
+
 class Choice(BaseModel):
     index: int = 0
     message: ResponseMessage
     finish_reason: str
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -288,7 +304,7 @@ class ChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):

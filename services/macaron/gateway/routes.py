@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response
 
 from macaron import telemetry
 from macaron.auth import AuthError, Principal, RateLimitedError
 from macaron.gateway import protocol as p
+from macaron.gateway import protocol_completions as pc
 from macaron.gateway.body import parse_json_body
 from macaron.gateway.errors import GatewayError, bad_request, from_validation
 from macaron.gateway.serving_chat import SESSION_HEADER
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from macaron.gateway.app import Gateway
 
 router = APIRouter()
+BodyT = TypeVar("BodyT", bound=BaseModel)
 _ERRORS = {status: {"model": p.ErrorResponse} for status in (400, 401, 413, 429, 503)}
 
 
@@ -53,10 +55,14 @@ async def admit(request: Request) -> tuple[Principal, str | None]:
 
 async def read_chat_request(request: Request) -> p.ChatCompletionRequest:
     """The body as JSON whatever its content type (curl -d sends a form type), validated (400 otherwise)."""
+    return await _read(request, p.ChatCompletionRequest)
+
+
+async def _read(request: Request, model: type[BodyT]) -> BodyT:
     raw = await request.body()
     data = parse_json_body(raw, _gateway(request).settings.max_json_depth)
     try:
-        return p.ChatCompletionRequest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise from_validation(exc) from None
 
@@ -96,6 +102,31 @@ async def chat_completions(
     request_id = telemetry.current_request_id() or telemetry.bind_request_id(None)
     return await gateway.chat.create(body, api_key=token, session_id=session_id, request_id=request_id,
                                      disconnected=lambda: client_disconnected(request))
+
+
+@router.post(
+    "/v1/completions",
+    response_model=pc.Completion,
+    responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream is true"}},
+    summary="Create a text completion from a plain prompt (OpenAI's legacy completions)",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "$ref": "#/components/schemas/CompletionRequest"}}}}},
+)
+async def completions(
+    request: Request,
+    caller: tuple[Principal, str | None] = Depends(admit_chat),
+    x_session_id: str | None = Header(None, description="Conversation id for specialist stickiness (else `user`)."),
+) -> Response:
+    body = await _read(request, pc.CompletionRequest)
+    problem = body.unsupported()
+    if problem is not None:
+        param, message = problem
+        raise bad_request(message, param, "model_not_found" if param == "model" else "unsupported_value")
+    session_id = request.headers.get(SESSION_HEADER) or x_session_id or body.user
+    request_id = telemetry.current_request_id() or telemetry.bind_request_id(None)
+    return await _gateway(request).completions.complete(body, api_key=caller[1], session_id=session_id,
+                                                       request_id=request_id,
+                                                       disconnected=lambda: client_disconnected(request))
 
 
 async def client_disconnected(request: Request) -> None:

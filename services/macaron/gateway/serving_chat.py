@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -23,7 +23,7 @@ from macaron import telemetry
 from macaron.gateway import protocol as p
 from macaron.gateway.errors import GatewayError, from_sdk
 from macaron.gateway.metrics import GatewayMetrics
-from macaron.sdk import APIError, AsyncMacaronClient, AsyncStream, ChatResult, Route, Usage
+from macaron.sdk import APIError, AsyncMacaronClient, AsyncStream, ChatResult, Route, TokenLogprob, Usage
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "x-session-id"
@@ -53,6 +53,16 @@ def usage_model(usage: Usage) -> p.CompletionUsage:
     )
 
 
+def logprob_models(tokens: Sequence[TokenLogprob]) -> list[p.TokenLogprob]:
+    """The SDK's token logprobs in OpenAI's chat shape (bytes as lists of ints)."""
+    return [
+        p.TokenLogprob(token=t.token, logprob=t.logprob, bytes=list(t.bytes),
+                       top_logprobs=[p.TopLogprob(token=o.token, logprob=o.logprob, bytes=list(o.bytes))
+                                     for o in t.top_logprobs])
+        for t in tokens
+    ]
+
+
 def sdk_params(req: p.ChatCompletionRequest, session_id: str | None) -> dict[str, Any]:
     """The SDK's `chat.create` keyword arguments for an OpenAI request."""
     params: dict[str, Any] = {
@@ -71,6 +81,9 @@ def sdk_params(req: p.ChatCompletionRequest, session_id: str | None) -> dict[str
         "min_p": req.min_p,
         "repetition_penalty": req.repetition_penalty,
         "min_tokens": req.min_tokens,
+        "logprobs": req.logprobs,
+        "top_logprobs": req.top_logprobs,
+        "parallel_tool_calls": req.parallel_tool_calls,
     }
     if req.tools:
         params["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
@@ -120,7 +133,7 @@ class ChatService:
                     log.info("client left before the answer: cancelled request %s downstream", request_id)
                     return Response(status_code=499)
                 self._observe_route(result.route, req.model, start)
-                response = self._completion(result, req.single_tool_call)
+                response = self._completion(result)
                 self._count(labels, 200, result.usage, result.route)
                 return response
             sdk_stream = await client.chat.create(**params, request_id=request_id, stream=True)
@@ -191,7 +204,7 @@ class ChatService:
                                 ("cached", usage.cached_tokens)):
                 self.metrics.tokens.labels(kind=kind, specialist=specialist).inc(value)
 
-    def _completion(self, result: ChatResult, single_tool_call: bool = False) -> Response:
+    def _completion(self, result: ChatResult) -> Response:
         if result.finish_reason == "abort":
             raise GatewayError(503, "the engine aborted the request; retry it", type="service_unavailable",
                                code="aborted", retry_after_s=1)
@@ -199,8 +212,6 @@ class ChatService:
             p.ResponseToolCall(id=c.id, function=p.ResponseFunctionCall(name=c.function.name, arguments=c.function.arguments))
             for c in result.tool_calls
         ]
-        if single_tool_call:
-            calls = calls[:1]
         body = p.ChatCompletion(
             id=_completion_id(result.request_id),
             created=p.now(),
@@ -210,6 +221,7 @@ class ChatService:
                     message=p.ResponseMessage(content=result.text if (result.text or not calls) else None,
                                               tool_calls=calls or None),
                     finish_reason=result.finish_reason,
+                    logprobs=None if result.logprobs is None else p.ChoiceLogprobs(content=logprob_models(result.logprobs)),
                 )
             ],
             usage=usage_model(result.usage),
@@ -226,9 +238,16 @@ class ChatService:
         usage: Usage | None = None
         finished = False
 
+        pending: list[TokenLogprob] = []
+        """Logprobs not sent yet: they ride with the next frame (OpenAI puts them next to the delta they explain)."""
+
         def frame(delta: p.Delta, finish_reason: str | None = None) -> str:
-            chunk = p.ChatCompletionChunk(id=cid, created=created, model=model,
-                                          choices=[p.ChunkChoice(delta=delta, finish_reason=finish_reason)])
+            logprobs = None
+            if req.logprobs and (pending or finish_reason is None):
+                logprobs = p.ChoiceLogprobs(content=logprob_models(pending))
+                pending.clear()
+            chunk = p.ChatCompletionChunk(id=cid, created=created, model=model, choices=[
+                p.ChunkChoice(delta=delta, finish_reason=finish_reason, logprobs=logprobs)])
             body = chunk.model_dump()
             body["choices"][0]["delta"] = delta.model_dump(exclude_none=True)  # OpenAI omits unset delta fields
             return _data(body)
@@ -237,6 +256,7 @@ class ChatService:
             yield frame(p.Delta(role="assistant", content=""))
             finish_reason: str | None = None
             async for chunk in stream:
+                pending.extend(chunk.logprobs)
                 if chunk.text:
                     yield frame(p.Delta(content=chunk.text))
                 if chunk.tool_calls:
@@ -246,7 +266,6 @@ class ChatService:
                             function=p.DeltaFunctionCall(name=d.name or None, arguments=d.arguments),
                         )
                         for d in chunk.tool_calls
-                        if not (req.single_tool_call and d.index > 0)
                     ]
                     if deltas:
                         yield frame(p.Delta(tool_calls=deltas))
@@ -256,6 +275,8 @@ class ChatService:
                     usage = chunk.usage
             if finish_reason == "abort":
                 raise GatewayError(503, "the engine aborted the request", type="service_unavailable", code="aborted")
+            if pending:  # logprobs of tokens that showed no text (held back, or markup)
+                yield frame(p.Delta())
             yield frame(p.Delta(), finish_reason or "stop")
             if req.include_usage and usage is not None:
                 final = p.ChatCompletionChunk(id=cid, created=created, model=model, choices=[], usage=usage_model(usage))

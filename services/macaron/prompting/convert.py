@@ -27,6 +27,8 @@ from macaron.v1 import common_pb2 as pb
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_MAX_MESSAGES = 1024
 DEFAULT_MAX_TOOLS = 128
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's limit for top_logprobs."""
 
 _ROLES: dict[int, Role] = {
     pb.ROLE_SYSTEM: "system",
@@ -46,6 +48,9 @@ def request_from_proto(
     request: pb.GenerateRequest, *, max_messages: int = DEFAULT_MAX_MESSAGES, max_tools: int = DEFAULT_MAX_TOOLS
 ) -> ChatRequest:
     """The request's meaning, checked; raises RequestError naming the first bad field."""
+    check_logprobs(request)
+    if request.HasField("prompt"):
+        return _plain_prompt(request)
     if not request.messages:
         raise RequestError("messages is empty: send at least one message")
     if len(request.messages) > max_messages:
@@ -72,6 +77,34 @@ def request_from_proto(
         response_format=response_format,
         response_format_given=request.HasField("response_format")
         and request.response_format.type != pb.RESPONSE_FORMAT_TYPE_UNSPECIFIED,
+        parallel_tool_calls=request.parallel_tool_calls if request.HasField("parallel_tool_calls") else True,
+    )
+
+
+def check_logprobs(request: pb.GenerateRequest) -> None:
+    """logprobs / top_logprobs as OpenAI allows them: top_logprobs in [0, 20], and only with logprobs."""
+    if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise RequestError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {request.top_logprobs}")
+    if request.top_logprobs and not request.logprobs:
+        raise RequestError("top_logprobs needs logprobs set to true")
+
+
+def _plain_prompt(request: pb.GenerateRequest) -> ChatRequest:
+    """A completion's plain prompt: no messages, tools or tool_choice; the output constraints still apply."""
+    for name in ("messages", "tools"):
+        if len(getattr(request, name)):
+            raise RequestError(f"{name} must be empty when prompt is set: a plain prompt is sent as it is")
+    if request.HasField("tool_choice"):
+        raise RequestError("tool_choice needs tools, which a plain prompt cannot have")
+    if not request.prompt:
+        raise RequestError("prompt is empty: send at least one character")
+    response_format = _response_format(request.response_format)
+    return ChatRequest(
+        messages=(Message(role="user", content=request.prompt),),
+        response_format=response_format,
+        response_format_given=request.HasField("response_format")
+        and request.response_format.type != pb.RESPONSE_FORMAT_TYPE_UNSPECIFIED,
+        prompt=request.prompt,
     )
 
 

@@ -87,6 +87,11 @@ class ChatRequest:
     response_format: ResponseFormat = ResponseFormat()
     response_format_given: bool = False
     """False when the caller left response_format unset (the profile's default applies)."""
+    parallel_tool_calls: bool = True
+    """False: generation stops once the first tool call is complete (OpenAI's parallel_tool_calls)."""
+    prompt: str | None = None
+    """A plain prompt (OpenAI's completions): rendered as it is, without template or profile prompt;
+    `messages` then holds it as one user message, for the router's classifier and judge."""
 
     def tool(self, name: str) -> ToolSpec | None:
         """The offered tool called `name`, if any."""

@@ -83,6 +83,8 @@ def _arguments(text: str) -> Any:
 
 def render(request: ChatRequest, profile: PromptProfile, tokenizer: ChatTokenizer) -> str:
     """The prompt text for `request` under `profile` (the same text wherever it is rendered)."""
+    if request.prompt is not None:
+        return request.prompt  # a plain completion: the caller wrote the whole prompt
     tools = [t.openai_dict() for t in request.tools] if request.tool_choice.mode != "none" else []
     text = tokenizer.apply_chat_template(
         template_messages(request, profile),

@@ -29,7 +29,18 @@ from macaron.sdk._exceptions import (
     RateLimitError,
 )
 from macaron.sdk._streaming import AsyncStream, Stream
-from macaron.sdk.types import ChatChunk, ChatResult, Classification, FunctionCall, Route, ToolCall, ToolCallDelta, Usage
+from macaron.sdk.types import (
+    ChatChunk,
+    ChatResult,
+    Classification,
+    FunctionCall,
+    Route,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    TopLogprob,
+    Usage,
+)
 
 __all__ = [
     "APICancelledError",
@@ -58,7 +69,9 @@ __all__ = [
     "RateLimitError",
     "Route",
     "Stream",
+    "TokenLogprob",
     "ToolCall",
     "ToolCallDelta",
+    "TopLogprob",
     "Usage",
 ]

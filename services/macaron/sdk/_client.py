@@ -42,6 +42,7 @@ from macaron.v1 import router_pb2_grpc
 
 if TYPE_CHECKING:
     from macaron.sdk.resources.chat import AsyncChat, Chat
+    from macaron.sdk.resources.completions import AsyncCompletions, Completions
 
 ROUTER_SERVICE = "macaron.v1.Router"
 _SHOULD_RETRY_KEY = "x-should-retry"
@@ -87,7 +88,7 @@ class _BaseClient:
 
     def _copy(self: ClientT, **changes: Any) -> ClientT:
         clone = object.__new__(type(self))
-        clone.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("chat", "_stub")})
+        clone.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("chat", "completions", "_stub")})
         for key, value in changes.items():
             if value is not _NOT_GIVEN:
                 setattr(clone, key, value)
@@ -169,6 +170,13 @@ class MacaronClient(_BaseClient):
         return Chat(self)
 
     @cached_property
+    def completions(self) -> Completions:
+        """Plain-prompt completions (`create`), OpenAI's legacy completions through the router."""
+        from macaron.sdk.resources.completions import Completions
+
+        return Completions(self)
+
+    @cached_property
     def _stub(self) -> router_pb2_grpc.RouterStub:
         return router_pb2_grpc.RouterStub(self._channel)
 
@@ -246,6 +254,13 @@ class AsyncMacaronClient(_BaseClient):
         from macaron.sdk.resources.chat import AsyncChat
 
         return AsyncChat(self)
+
+    @cached_property
+    def completions(self) -> AsyncCompletions:
+        """Plain-prompt completions (`create`), OpenAI's legacy completions through the router."""
+        from macaron.sdk.resources.completions import AsyncCompletions
+
+        return AsyncCompletions(self)
 
     @property
     def _channel(self) -> grpc.aio.Channel:

@@ -25,6 +25,8 @@ from macaron.sdk.types import (
     ToolCallDelta,
     ToolChoiceParam,
     ToolParam,
+    TokenLogprob,
+    TopLogprob,
     Usage,
 )
 from macaron.v1 import common_pb2 as pb
@@ -73,7 +75,7 @@ _RESPONSE_FORMATS = {
 
 def build_request(
     *,
-    messages: Iterable[MessageParam],
+    messages: Iterable[MessageParam] = (),
     specialist: str | None = None,
     session_id: str | None = None,
     request_id: str | None = None,
@@ -92,9 +94,18 @@ def build_request(
     min_tokens: int | None = None,
     min_p: float | None = None,
     repetition_penalty: float | None = None,
+    logprobs: bool | None = None,
+    top_logprobs: int | None = None,
+    parallel_tool_calls: bool | None = None,
+    prompt: str | None = None,
 ) -> pb.GenerateRequest:
     """The GenerateRequest for these params (None leaves a field to the specialist's default)."""
-    request = pb.GenerateRequest(request_id=request_id or "", session_id=session_id or "")
+    request = pb.GenerateRequest(request_id=request_id or "", session_id=session_id or "",
+                                 logprobs=bool(logprobs), top_logprobs=top_logprobs or 0)
+    if parallel_tool_calls is not None:
+        request.parallel_tool_calls = parallel_tool_calls
+    if prompt is not None:
+        request.prompt = prompt
     if specialist not in (None, "auto"):
         if specialist not in SPECIALIST_KINDS:
             raise ValueError(f"specialist must be one of auto, {', '.join(SPECIALIST_KINDS)}; got {specialist!r}")
@@ -243,6 +254,10 @@ def chunk_from_proto(c: pb.GenerateChunk) -> ChatChunk:
         if c.HasField("usage")
         else None,
         stop_text=stop_text,
+        logprobs=tuple(
+            TokenLogprob(t.token, t.logprob, t.bytes, tuple(TopLogprob(o.token, o.logprob, o.bytes) for o in t.top_logprobs))
+            for t in c.logprobs
+        ),
     )
 
 
@@ -257,13 +272,16 @@ def classification_from_proto(r: router_pb2.ClassifyResponse) -> Classification:
 class Accumulator:
     """Folds a stream's chunks into one ChatResult (text joined, tool-call deltas merged)."""
 
-    def __init__(self) -> None:
+    def __init__(self, logprobs: bool = False) -> None:
+        self.want_logprobs = logprobs
+        """The request asked for logprobs: the result carries them (an empty tuple if no token came)."""
         self.request_id = ""
         self.texts: list[str] = []
         self.route: Route | None = None
         self.finish_reason: FinishReason | None = None
         self.usage: Usage | None = None
         self.stop_text: str | None = None
+        self.logprobs: list[TokenLogprob] = []
         self._calls: dict[int, dict[str, str]] = {}
 
     def add(self, chunk: ChatChunk) -> None:
@@ -272,6 +290,7 @@ class Accumulator:
             self.route = chunk.route
         if chunk.text:
             self.texts.append(chunk.text)
+        self.logprobs.extend(chunk.logprobs)
         for delta in chunk.tool_calls:
             call = self._calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
             call["id"] = call["id"] or delta.id
@@ -297,4 +316,5 @@ class Accumulator:
             usage=self.usage or Usage(0, 0, 0),
             tool_calls=calls,
             stop_text=self.stop_text,
+            logprobs=tuple(self.logprobs) if self.want_logprobs or self.logprobs else None,
         )

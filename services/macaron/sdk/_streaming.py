@@ -21,10 +21,10 @@ from macaron.v1 import common_pb2 as pb
 
 
 class _StreamBase:
-    def __init__(self, call: Any, first: pb.GenerateChunk | None, request_id: str) -> None:
+    def __init__(self, call: Any, first: pb.GenerateChunk | None, request_id: str, *, logprobs: bool = False) -> None:
         self._call = call
         self._pending = chunk_from_proto(first) if first is not None else None
-        self._acc = Accumulator()
+        self._acc = Accumulator(logprobs)
         self._closed = False
         self.request_id = request_id
         """The request id the call carried (also in every hop's logs)."""

@@ -145,6 +145,26 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class TopLogprob:
+    """One of the most likely tokens at a position."""
+
+    token: str
+    logprob: float
+    bytes: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log probability (OpenAI's logprobs.content entry); `bytes` are exact,
+    `token` is them read as UTF-8 (a character split over tokens shows as U+FFFD there)."""
+
+    token: str
+    logprob: float
+    bytes: bytes
+    top_logprobs: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ChatChunk:
     """One streamed chunk: the first carries `route`, the last `finish_reason` and `usage`."""
 
@@ -156,6 +176,8 @@ class ChatChunk:
     usage: Usage | None = None
     stop_text: str | None = None
     """The stop string that ended the answer, when one did."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """Log probabilities of the tokens generated since the previous chunk (asked with `logprobs=True`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +191,8 @@ class ChatResult:
     usage: Usage
     tool_calls: tuple[ToolCall, ...] = ()
     stop_text: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """Every generated token's log probability, when asked with `logprobs=True` (else None)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,7 +214,7 @@ class RouteDecision(_message.Message):
     def __init__(self, specialist: _Optional[_Union[SpecialistKind, str]] = ..., adapter: _Optional[str] = ..., adapter_version: _Optional[str] = ..., reason: _Optional[_Union[RouteReason, str]] = ..., confidence: _Optional[float] = ..., replica: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "messages", "tools", "tool_choice", "response_format", "sampling", "specialist", "engine_replica_hint", "metadata", "route")
+    __slots__ = ("request_id", "session_id", "messages", "tools", "tool_choice", "response_format", "sampling", "specialist", "engine_replica_hint", "metadata", "route", "logprobs", "top_logprobs", "parallel_tool_calls", "prompt")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +233,10 @@ class GenerateRequest(_message.Message):
     ENGINE_REPLICA_HINT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
@@ -244,7 +248,11 @@ class GenerateRequest(_message.Message):
     engine_replica_hint: str
     metadata: _containers.ScalarMap[str, str]
     route: RouteDecision
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., specialist: _Optional[_Union[SpecialistKind, str]] = ..., engine_replica_hint: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., route: _Optional[_Union[RouteDecision, _Mapping]] = ...) -> None: ...
+    logprobs: bool
+    top_logprobs: int
+    parallel_tool_calls: bool
+    prompt: str
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., specialist: _Optional[_Union[SpecialistKind, str]] = ..., engine_replica_hint: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., route: _Optional[_Union[RouteDecision, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., parallel_tool_calls: _Optional[bool] = ..., prompt: _Optional[str] = ...) -> None: ...
 
 class Finish(_message.Message):
     __slots__ = ("reason", "matched_text", "matched_token_id", "length", "message")
@@ -284,18 +292,42 @@ class ToolCallDelta(_message.Message):
     arguments: str
     def __init__(self, index: _Optional[int] = ..., id: _Optional[str] = ..., type: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
+class TopLogprob(_message.Message):
+    __slots__ = ("token", "logprob", "bytes")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    logprob: float
+    bytes: bytes
+    def __init__(self, token: _Optional[str] = ..., logprob: _Optional[float] = ..., bytes: _Optional[bytes] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token", "logprob", "bytes", "top_logprobs")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    logprob: float
+    bytes: bytes
+    top_logprobs: _containers.RepeatedCompositeFieldContainer[TopLogprob]
+    def __init__(self, token: _Optional[str] = ..., logprob: _Optional[float] = ..., bytes: _Optional[bytes] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
+
 class GenerateChunk(_message.Message):
-    __slots__ = ("request_id", "text", "tool_calls", "finish", "usage", "route")
+    __slots__ = ("request_id", "text", "tool_calls", "finish", "usage", "route", "logprobs")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCallDelta]
     finish: Finish
     usage: Usage
     route: RouteDecision
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., route: _Optional[_Union[RouteDecision, _Mapping]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., route: _Optional[_Union[RouteDecision, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...

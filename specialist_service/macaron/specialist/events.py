@@ -1,4 +1,4 @@
-"""What a generation yields, in order: RouteInfo, then TextDelta / ToolCalls, then Done."""
+"""What a generation yields, in order: RouteInfo, then TextDelta / ToolCallDeltas / Logprobs, then Done."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Union
 
 from macaron.specialist.finish import Finish
-from macaron.specialist.tool_parsers import ParsedToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +25,44 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCalls:
-    """Complete tool calls, parsed and checked."""
+class ToolCallDelta:
+    """OpenAI's streamed tool-call part: the first of a call has id and name, later ones add arguments text."""
 
-    calls: tuple[ParsedToolCall, ...]
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDeltas:
+    """Tool-call parts, in order."""
+
+    deltas: tuple[ToolCallDelta, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's log probability and the most likely alternatives (OpenAI's logprobs.content entry)."""
+
+    token: str
+    logprob: float
+    bytes: bytes
+    top_logprobs: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """Logprobs of the tokens generated since the previous Logprobs event."""
+
+    tokens: tuple[TokenLogprob, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,4 +80,4 @@ class Done:
     usage: Usage
 
 
-Event = Union[RouteInfo, TextDelta, ToolCalls, Done]
+Event = Union[RouteInfo, TextDelta, ToolCallDeltas, Logprobs, Done]

@@ -1,6 +1,6 @@
 """One request through a specialist: render, check, pick a replica, stream from the engine, post-process.
 
-Yields domain events (`RouteInfo` first, then `TextDelta` / `ToolCalls`, then `Done`) and raises
+Yields domain events (`RouteInfo` first, then `TextDelta` / `ToolCallDeltas` / `Logprobs`, then `Done`) and raises
 domain errors (`errors.py`); it knows nothing of gRPC. Cancelling the consumer closes the engine
 stream, and the engine client then aborts the engine request.
 """
@@ -31,13 +31,15 @@ from macaron.specialist.errors import (
     OverloadedError,
     UnavailableError,
 )
-from macaron.specialist.events import Done, Event, RouteInfo, TextDelta, ToolCalls, Usage
+from macaron.specialist.events import Done, Event, RouteInfo, TextDelta, Usage
 from macaron.specialist.finish import from_sglang
+from macaron.specialist.logprobs import TokenBytes
 from macaron.specialist.postprocess import finish_output
 from macaron.specialist.profiles import OutputPlan, Profile, plan_output
 from macaron.specialist.replicas import ReplicaPicker
 from macaron.specialist.sampling import SamplingRequest, resolve_sampling
 from macaron.specialist.settings import SpecialistsSettings
+from macaron.specialist.tool_stream import CallStreamer
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class Pipeline:
         self.engines = engines or EnginePool()
         self.active = 0
         self._context_length: int | None = profile.settings.context_length
+        self.token_bytes = TokenBytes(tokenizer)
 
     async def context_length(self) -> int:
         """The profile's limit, else the engine's (/v1/models max_model_len), else the tokenizer's."""
@@ -116,11 +119,13 @@ class Pipeline:
         replica_hint: str | None = None,
         timeout_s: float | None = None,
         adapter_version: str | None = None,
+        logprobs: int | None = None,
     ) -> AsyncIterator[Event]:
         """The events of one generation; raises a SpecialistError subclass on failure.
 
         `adapter_version` is the version the router chose (a session keeps its own); None serves
-        the profile's configured version."""
+        the profile's configured version. `logprobs`: None for none, else how many top alternatives
+        per token (0 to 20), as SGLang's return_logprob / top_logprobs_num."""
         if self.active >= self.settings.max_concurrent_streams:
             raise OverloadedError(
                 f"specialist {self.profile.name} is serving its maximum of {self.settings.max_concurrent_streams} streams",
@@ -128,7 +133,8 @@ class Pipeline:
             )
         self.active += 1
         try:
-            async for event in self._run(request, sampling, request_id, replica_hint, timeout_s, adapter_version):
+            async for event in self._run(request, sampling, request_id, replica_hint, timeout_s, adapter_version,
+                                         logprobs):
                 yield event
         finally:
             self.active -= 1
@@ -141,6 +147,7 @@ class Pipeline:
         replica_hint: str | None,
         timeout_s: float | None,
         adapter_version: str | None = None,
+        logprobs: int | None = None,
     ) -> AsyncIterator[Event]:
         s = self.profile.settings
         version = (s.adapter_version or "") if adapter_version is None else adapter_version
@@ -152,6 +159,16 @@ class Pipeline:
         )
         if plan.schema is not None:
             params["json_schema"] = plan.json_schema
+        own_stop = None
+        if plan.mode == "tools" and not request.parallel_tool_calls and self.profile.parser is not None:
+            # one call at most: the engine stops at the end of the first call (SGLang and ours alike)
+            own_stop = self.profile.parser.end
+            if own_stop not in params.get("stop", []):
+                params["stop"] = [*params.get("stop", []), own_stop]
+            else:
+                own_stop = None  # the caller's own stop string: reported as theirs
+        extra = ({"return_logprob": True, "top_logprobs_num": logprobs, "logprob_start_len": -1}
+                 if logprobs is not None else None)
         timeout = min(timeout_s, self.settings.default_timeout_s) if timeout_s else self.settings.default_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout
         tried: set[str] = set()
@@ -166,6 +183,7 @@ class Pipeline:
                 lora_path=lora_path,
                 rid=f"{request_id}-{uuid.uuid4().hex[:8]}",
                 timeout=remaining,
+                extra_body=extra,
             )
             started = False
             # the engine hop's span (client side: the engine is SGLang's or ours, spans or not)
@@ -173,7 +191,7 @@ class Pipeline:
                 "engine.url": url, "adapter.lora_path": lora_path, "adapter.version": version})
             try:
                 with self.picker.track(url):
-                    async for event in self._consume(stream, url, request, plan, params, version):
+                    async for event in self._consume(stream, url, request, plan, params, version, own_stop):
                         started = True
                         if isinstance(event, Done):
                             span.set_attribute("usage.prompt_tokens", event.usage.prompt_tokens)
@@ -205,21 +223,28 @@ class Pipeline:
 
     async def _consume(
         self, stream: AsyncIterator[StreamChunk], url: str, request: ChatRequest, plan: OutputPlan, params: dict[str, Any],
-        version: str = "",
+        version: str = "", own_stop: str | None = None,
     ) -> AsyncIterator[Event]:
         parser = self.profile.parser
-        text, emitted, last = "", 0, None
+        calls = None
+        if plan.mode in ("tools", "forced_tool") and parser is not None:
+            tools = request.tools
+            if plan.mode == "forced_tool" and request.tool_choice.function_name:
+                tools = tuple(t for t in tools if t.name == request.tool_choice.function_name)
+            calls = CallStreamer(parser.start, parser.end, tools, in_call=plan.mode == "forced_tool")
+        text, last = "", None
         async for chunk in stream:
             if last is None:  # the replica answered: announce the route (a failed attempt never is)
                 yield RouteInfo(adapter=self.profile.settings.adapter, adapter_version=version, replica=url)
             text, last = chunk.text, chunk
+            new_logprobs = chunk.delta_logprobs
+            if new_logprobs:
+                yield self.token_bytes.logprobs(new_logprobs)
             if plan.mode in ("text", "json") and chunk.delta:
                 yield TextDelta(chunk.delta)
-            elif plan.mode == "tools" and parser is not None:
-                safe = parser.content_prefix_length(text)
-                if safe > emitted:
-                    yield TextDelta(text[emitted:safe])
-                    emitted = safe
+            elif calls is not None:
+                for event in calls.feed(text):
+                    yield event
             if chunk.finished:
                 break
         if last is None or last.finish_reason is None:
@@ -232,8 +257,12 @@ class Pipeline:
                 raise UnavailableError(f"the engine aborted the request: {finish.message or 'no reason given'}")
             yield Done(finish, usage)
             return
-        events = finish_output(text, emitted, finish, request, plan, self.profile, params["max_new_tokens"])
-        for event in events:
+        if calls is not None:
+            for event in calls.finish(text, cut=finish.reason == "length"):
+                yield event
+        for event in finish_output(text, finish, request, plan, self.profile, params["max_new_tokens"]):
             yield event
-        calls = any(isinstance(e, ToolCalls) for e in events)
-        yield Done(from_sglang(last.finish_reason.model_dump(exclude_none=True), tool_calls=calls), usage)
+        raw_finish = last.finish_reason.model_dump(exclude_none=True)
+        if own_stop is not None and raw_finish.get("matched") == own_stop:
+            raw_finish.pop("matched")  # the stop that ends the one allowed call is not the caller's
+        yield Done(from_sglang(raw_finish, tool_calls=bool(calls and calls.calls)), usage)

@@ -21,7 +21,7 @@ from macaron import telemetry
 from macaron.prompting.convert import request_from_proto
 from macaron.prompting.messages import RequestError
 from macaron.specialist import errors
-from macaron.specialist.events import Done, TextDelta, ToolCalls
+from macaron.specialist.events import Done, TextDelta, ToolCallDeltas
 from macaron.specialist.generation import Pipeline
 from macaron.specialist.metrics import SpecialistMetrics
 from macaron.specialist.ui_schema import ui_schema_json
@@ -105,11 +105,12 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
                 timeout_s=context.time_remaining(),
                 # the router's version choice (route.adapter set): obeyed, "" being the unversioned adapter
                 adapter_version=request.route.adapter_version if request.route.adapter else None,
+                logprobs=request.top_logprobs if request.logprobs else None,
             )
             if request.route.adapter:
                 span.set_attribute("adapter.version", request.route.adapter_version)
             async for event in events:
-                if not first_chunk_seen and isinstance(event, (TextDelta, ToolCalls)):
+                if not first_chunk_seen and isinstance(event, (TextDelta, ToolCallDeltas)):
                     first_chunk_seen = True
                     m.ttft.labels(self.name).observe(time.perf_counter() - started)
                 elif isinstance(event, Done):

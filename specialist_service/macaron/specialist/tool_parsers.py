@@ -13,7 +13,9 @@ prompt (the renderer does it), and `forced_call_schema(tools)` is the JSON schem
 constrains the rest of the output to, so a forced answer is always one well-formed call whose
 arguments satisfy the function's schema. In `auto` mode, text between calls stays content;
 a block that is not valid JSON, names an unknown tool, or has arguments that fail the
-function's schema is kept as text, not returned as a call.
+function's schema is kept as text, not returned as a call (`parse`, for whole outputs such as
+the training data's). Served answers are streamed instead: `tool_stream.CallStreamer` reads the
+output between the parser's `start` and `end` tags as it grows and sends OpenAI's deltas.
 """
 
 from __future__ import annotations
@@ -51,10 +53,10 @@ class ToolCallParser(Protocol):
     name: str
     call_prefix: str
     """Text that opens a call; appended to the prompt when a call is forced."""
-
-    def content_prefix_length(self, text: str) -> int:
-        """How many leading characters of partial output are surely content (safe to stream)."""
-        ...
+    start: str
+    """The tag that opens a call in the output (calls are streamed from it, `tool_stream.py`)."""
+    end: str
+    """The tag that closes a call; a stop string when only one call is allowed (parallel_tool_calls false)."""
 
     def parse(self, text: str, tools: tuple[ToolSpec, ...]) -> ParsedOutput:
         """Splits complete output (auto mode) into content and valid calls."""
@@ -93,16 +95,6 @@ class HermesParser:
     start = "<tool_call>"
     end = "</tool_call>"
     call_prefix = "<tool_call>\n"
-
-    def content_prefix_length(self, text: str) -> int:
-        found = text.find(self.start)
-        if found >= 0:
-            return found
-        # Hold back a tail that could still grow into the start tag.
-        for keep in range(min(len(self.start) - 1, len(text)), 0, -1):
-            if self.start.startswith(text[-keep:]):
-                return len(text) - keep
-        return len(text)
 
     def parse(self, text: str, tools: tuple[ToolSpec, ...]) -> ParsedOutput:
         content: list[str] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from macaron.specialist.finish import Finish, FinishKind
-from macaron.specialist.events import Done, Event, RouteInfo, TextDelta, ToolCalls
+from macaron.specialist.events import Done, Event, Logprobs, RouteInfo, TextDelta, ToolCallDeltas
 from macaron.specialist.sampling import SamplingRequest
 from macaron.v1 import common_pb2 as pb
 
@@ -86,9 +86,15 @@ def event_to_chunk(event: Event, request_id: str, name: str, incoming_route: pb.
         chunk.route.CopyFrom(route_decision(incoming_route, name, event))
     elif isinstance(event, TextDelta):
         chunk.text = event.text
-    elif isinstance(event, ToolCalls):
-        for index, call in enumerate(event.calls):
-            chunk.tool_calls.add(index=index, id=call.id, type="function", name=call.name, arguments=call.arguments)
+    elif isinstance(event, ToolCallDeltas):
+        for d in event.deltas:
+            chunk.tool_calls.add(index=d.index, id=d.id, type="function" if d.id else "", name=d.name,
+                                 arguments=d.arguments)
+    elif isinstance(event, Logprobs):
+        for t in event.tokens:
+            entry = chunk.logprobs.add(token=t.token, logprob=t.logprob, bytes=t.bytes)
+            for top in t.top_logprobs:
+                entry.top_logprobs.add(token=top.token, logprob=top.logprob, bytes=top.bytes)
     elif isinstance(event, Done):
         chunk.finish.CopyFrom(finish_to_proto(event.finish))
         chunk.usage.prompt_tokens = event.usage.prompt_tokens

@@ -35,6 +35,56 @@ def _no_chunks(request_id: str) -> APIError:
     return APIError("the router ended the stream without any chunk", code=grpc.StatusCode.INTERNAL, request_id=request_id)
 
 
+def generate(c: MacaronClient, request: Any, rid: str, *, stream: bool, timeout: float | None,
+             metadata: Mapping[str, str] | None, logprobs: bool) -> ChatResult | Stream:
+    """Router.Generate with retries before the first chunk: a Stream, or its final result."""
+    deadline, extra = c._options(timeout, metadata)
+    call_metadata = c.request_metadata(rid, extra)
+
+    def attempt(remaining: float) -> tuple[Any, Any]:
+        call = c._stub.Generate(request, timeout=remaining, metadata=call_metadata)
+        try:
+            return call, next(call)
+        except StopIteration:
+            return call, None
+
+    call, first = c._with_retries(attempt, timeout=deadline, max_retries=c.max_retries, request_id=rid)
+    if first is None:
+        raise _no_chunks(rid)
+    result = Stream(call, first, rid, logprobs=logprobs)
+    return result if stream else result.get_final_result()
+
+
+async def generate_async(c: AsyncMacaronClient, request: Any, rid: str, *, stream: bool, timeout: float | None,
+                         metadata: Mapping[str, str] | None, logprobs: bool) -> ChatResult | AsyncStream:
+    """`generate` for the asyncio client."""
+    deadline, extra = c._options(timeout, metadata)
+    call_metadata = c.request_metadata(rid, extra)
+
+    async def attempt(remaining: float) -> tuple[Any, Any]:
+        import grpc
+
+        call = c._stub.Generate(request, timeout=remaining, metadata=call_metadata)
+        try:
+            first = await call.read()
+        except BaseException:
+            call.cancel()
+            raise
+        return call, (None if first is grpc.aio.EOF else first)
+
+    call, first = await c._with_retries(attempt, timeout=deadline, max_retries=c.max_retries, request_id=rid)
+    if first is None:
+        raise _no_chunks(rid)
+    result = AsyncStream(call, first, rid, logprobs=logprobs)
+    if stream:
+        return result
+    try:
+        return await result.get_final_result()
+    except BaseException:  # cancelled (the caller left) or failed: the router stops working on it
+        await result.close()
+        raise
+
+
 class Chat:
     """Synchronous chat resource (`MacaronClient.chat`)."""
 
@@ -61,6 +111,9 @@ class Chat:
         frequency_penalty: float | None = ...,
         presence_penalty: float | None = ...,
         repetition_penalty: float | None = ...,
+        logprobs: bool | None = ...,
+        top_logprobs: int | None = ...,
+        parallel_tool_calls: bool | None = ...,
         stop: str | Sequence[str] | None = ...,
         seed: int | None = ...,
         request_id: str | None = ...,
@@ -89,6 +142,9 @@ class Chat:
         frequency_penalty: float | None = ...,
         presence_penalty: float | None = ...,
         repetition_penalty: float | None = ...,
+        logprobs: bool | None = ...,
+        top_logprobs: int | None = ...,
+        parallel_tool_calls: bool | None = ...,
         stop: str | Sequence[str] | None = ...,
         seed: int | None = ...,
         request_id: str | None = ...,
@@ -115,6 +171,9 @@ class Chat:
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
         repetition_penalty: float | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int | None = None,
+        parallel_tool_calls: bool | None = None,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
@@ -128,6 +187,8 @@ class Chat:
         `request_metadata` travels in the request (logged by the router); `metadata` is extra
         gRPC call metadata. `timeout` (seconds) is the deadline of the whole call. `top_k`, `min_p`,
         `repetition_penalty` and `min_tokens` are the sampling extras vLLM's and SGLang's servers accept.
+        `logprobs=True` returns each generated token's log probability (`top_logprobs`, 0 to 20, adds the
+        most likely alternatives); `parallel_tool_calls=False` stops generation after the first tool call.
         """
         c = self._client
         rid = c.new_request_id(request_id)
@@ -136,23 +197,10 @@ class Chat:
             tool_choice=tool_choice, response_format=response_format, max_tokens=max_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             stop=stop, seed=seed, metadata=request_metadata, min_tokens=min_tokens, min_p=min_p,
-            repetition_penalty=repetition_penalty,
+            repetition_penalty=repetition_penalty, logprobs=logprobs, top_logprobs=top_logprobs,
+            parallel_tool_calls=parallel_tool_calls,
         )
-        deadline, extra = c._options(timeout, metadata)
-        call_metadata = c.request_metadata(rid, extra)
-
-        def attempt(remaining: float) -> tuple[Any, Any]:
-            call = c._stub.Generate(request, timeout=remaining, metadata=call_metadata)
-            try:
-                return call, next(call)
-            except StopIteration:
-                return call, None
-
-        call, first = c._with_retries(attempt, timeout=deadline, max_retries=c.max_retries, request_id=rid)
-        if first is None:
-            raise _no_chunks(rid)
-        result = Stream(call, first, rid)
-        return result if stream else result.get_final_result()
+        return generate(c, request, rid, stream=stream, timeout=timeout, metadata=metadata, logprobs=bool(logprobs))
 
     def classify(
         self,
@@ -211,6 +259,9 @@ class AsyncChat:
         frequency_penalty: float | None = ...,
         presence_penalty: float | None = ...,
         repetition_penalty: float | None = ...,
+        logprobs: bool | None = ...,
+        top_logprobs: int | None = ...,
+        parallel_tool_calls: bool | None = ...,
         stop: str | Sequence[str] | None = ...,
         seed: int | None = ...,
         request_id: str | None = ...,
@@ -239,6 +290,9 @@ class AsyncChat:
         frequency_penalty: float | None = ...,
         presence_penalty: float | None = ...,
         repetition_penalty: float | None = ...,
+        logprobs: bool | None = ...,
+        top_logprobs: int | None = ...,
+        parallel_tool_calls: bool | None = ...,
         stop: str | Sequence[str] | None = ...,
         seed: int | None = ...,
         request_id: str | None = ...,
@@ -265,6 +319,9 @@ class AsyncChat:
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
         repetition_penalty: float | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int | None = None,
+        parallel_tool_calls: bool | None = None,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
@@ -281,33 +338,11 @@ class AsyncChat:
             tool_choice=tool_choice, response_format=response_format, max_tokens=max_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             stop=stop, seed=seed, metadata=request_metadata, min_tokens=min_tokens, min_p=min_p,
-            repetition_penalty=repetition_penalty,
+            repetition_penalty=repetition_penalty, logprobs=logprobs, top_logprobs=top_logprobs,
+            parallel_tool_calls=parallel_tool_calls,
         )
-        deadline, extra = c._options(timeout, metadata)
-        call_metadata = c.request_metadata(rid, extra)
-
-        async def attempt(remaining: float) -> tuple[Any, Any]:
-            import grpc
-
-            call = c._stub.Generate(request, timeout=remaining, metadata=call_metadata)
-            try:
-                first = await call.read()
-            except BaseException:
-                call.cancel()
-                raise
-            return call, (None if first is grpc.aio.EOF else first)
-
-        call, first = await c._with_retries(attempt, timeout=deadline, max_retries=c.max_retries, request_id=rid)
-        if first is None:
-            raise _no_chunks(rid)
-        result = AsyncStream(call, first, rid)
-        if stream:
-            return result
-        try:
-            return await result.get_final_result()
-        except BaseException:  # cancelled (the caller left) or failed: the router stops working on it
-            await result.close()
-            raise
+        return await generate_async(c, request, rid, stream=stream, timeout=timeout, metadata=metadata,
+                                    logprobs=bool(logprobs))
 
     async def classify(
         self,
