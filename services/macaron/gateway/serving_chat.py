@@ -44,6 +44,22 @@ def route_headers(route: Route | None) -> dict[str, str]:
     return headers
 
 
+def stream_summary(route: Route | None, start: float, first_token: float | None, last_token: float | None,
+                   usage: Usage | None) -> dict[str, Any]:
+    """The `macaron` field of a stream's last chunk: its route and the gateway's timing (an extra field,
+    which OpenAI clients ignore). TTFT runs from the request to the first text or tool-call chunk;
+    tokens/s is the decode rate after it (None when fewer than two chunks came)."""
+    ttft_ms = None if first_token is None else round((first_token - start) * 1000, 1)
+    rate = None
+    if usage is not None and first_token is not None and last_token is not None and last_token > first_token:
+        rate = round(max(usage.completion_tokens - 1, 0) / (last_token - first_token), 1)
+    summary: dict[str, Any] = {"ttft_ms": ttft_ms, "tokens_per_s": rate}
+    if route is not None:
+        summary.update(specialist=route.specialist, route_reason=route.reason,
+                       route_confidence=round(route.confidence, 3), adapter_version=route.adapter_version)
+    return summary
+
+
 def usage_model(usage: Usage) -> p.CompletionUsage:
     return p.CompletionUsage(
         prompt_tokens=usage.prompt_tokens,
@@ -226,17 +242,24 @@ class ChatService:
         usage: Usage | None = None
         finished = False
 
-        def frame(delta: p.Delta, finish_reason: str | None = None) -> str:
+        def frame(delta: p.Delta, finish_reason: str | None = None, extra: dict[str, Any] | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=cid, created=created, model=model,
                                           choices=[p.ChunkChoice(delta=delta, finish_reason=finish_reason)])
             body = chunk.model_dump()
             body["choices"][0]["delta"] = delta.model_dump(exclude_none=True)  # OpenAI omits unset delta fields
+            if extra:
+                body.update(extra)
             return _data(body)
 
+        first_token: float | None = None
+        last_token: float | None = None
         try:
             yield frame(p.Delta(role="assistant", content=""))
             finish_reason: str | None = None
             async for chunk in stream:
+                if chunk.text or chunk.tool_calls:
+                    last_token = time.monotonic()
+                    first_token = first_token or last_token
                 if chunk.text:
                     yield frame(p.Delta(content=chunk.text))
                 if chunk.tool_calls:
@@ -256,7 +279,8 @@ class ChatService:
                     usage = chunk.usage
             if finish_reason == "abort":
                 raise GatewayError(503, "the engine aborted the request", type="service_unavailable", code="aborted")
-            yield frame(p.Delta(), finish_reason or "stop")
+            yield frame(p.Delta(), finish_reason or "stop",
+                        {"macaron": stream_summary(stream.route, start, first_token, last_token, usage)})
             if req.include_usage and usage is not None:
                 final = p.ChatCompletionChunk(id=cid, created=created, model=model, choices=[], usage=usage_model(usage))
                 yield _data(final.model_dump())
