@@ -118,6 +118,7 @@ class Turn {
     this.sentAt = performance.now();
     this.firstAt = null;
     this.lastAt = null;
+    this.deltas = 0;
     scrollDown();
   }
 
@@ -165,6 +166,8 @@ class Turn {
     if (delta.content || delta.tool_calls) {
       if (this.firstAt === null) this.firstAt = now;
       this.lastAt = now;
+      this.deltas += 1;
+      this.node.dataset.deltas = String(this.deltas);  // how many pieces the answer arrived in
     }
     if (delta.content) {
       this.content += delta.content;
