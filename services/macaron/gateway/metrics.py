@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 RECENT_ROUTES = 1024
-"""Time-to-route samples kept for exact recent percentiles (`/stats`); the histogram keeps all of them."""
+"""Routing-time samples kept for exact recent percentiles (`/stats`)."""
 
 
 class GatewayMetrics:
@@ -64,6 +64,9 @@ class GatewayMetrics:
             [*labels, "kind"], registry=r,
         )
         self.recent_time_to_route: deque[float] = deque(maxlen=RECENT_ROUTES)
+        """Seconds from request to the router's first chunk (routing, forwarding, the specialist's first event)."""
+        self.recent_route_ms: deque[float] = deque(maxlen=RECENT_ROUTES)
+        """Milliseconds the router itself spent deciding and placing (`Route.route_ms`)."""
 
     @staticmethod
     def _version_labels(route: Any) -> tuple[str, str]:
@@ -74,6 +77,8 @@ class GatewayMetrics:
     def observe_route(self, route: Any, seconds: float) -> None:
         """The router's first chunk arrived after `seconds`: counted under the route's version."""
         self.recent_time_to_route.append(seconds)
+        if route is not None and route.route_ms > 0:
+            self.recent_route_ms.append(route.route_ms)
         if route is not None:
             self.version_time_to_route.labels(*self._version_labels(route)).observe(seconds)
 

@@ -37,6 +37,7 @@ def route_headers(route: Route | None) -> dict[str, str]:
         "x-macaron-specialist": route.specialist or "",
         "x-macaron-route-reason": route.reason,
         "x-macaron-route-confidence": f"{route.confidence:.3f}",
+        "x-macaron-route-ms": f"{route.route_ms:.2f}",
     }
     if route.adapter:
         headers["x-macaron-adapter"] = route.adapter + (f"@{route.adapter_version}" if route.adapter_version else "")
@@ -56,7 +57,8 @@ def stream_summary(route: Route | None, start: float, first_token: float | None,
     summary: dict[str, Any] = {"ttft_ms": ttft_ms, "tokens_per_s": rate}
     if route is not None:
         summary.update(specialist=route.specialist, route_reason=route.reason,
-                       route_confidence=round(route.confidence, 3), adapter_version=route.adapter_version)
+                       route_confidence=round(route.confidence, 3), adapter_version=route.adapter_version,
+                       route_ms=round(route.route_ms, 2))
     return summary
 
 

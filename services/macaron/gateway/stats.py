@@ -2,13 +2,17 @@
 
 Prometheus text (`/metrics`) is for scrapers; a person watching the playground wants four
 numbers: where requests went (route mix), how long routing took (p50/p99), how much of the
-prompt the prefix cache served, and which adapter versions answered each specialist. All of
-it is read from the gateway's registry (nothing is counted twice); the percentiles come from
-the last `RECENT_ROUTES` samples, exactly, not from histogram buckets.
+prompt the prefix cache served, and which adapter versions answered each specialist. Counts
+are read from the gateway's registry (nothing is counted twice). Routing time is what the
+router reports on each route (`route_ms`: decide and place, store round trips included);
+time to route is the gateway's own view (request until the router's first chunk, which the
+specialist sends once its engine took the request). Percentiles are exact over the last
+`RECENT_ROUTES` requests, not read from histogram buckets.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prometheus_client import Counter
@@ -27,8 +31,14 @@ def percentile(samples: list[float], q: float) -> float | None:
     if not samples:
         return None
     ordered = sorted(samples)
-    rank = max(1, min(len(ordered), round(q * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q * len(ordered) - 1e-9)))
     return ordered[rank - 1]
+
+
+def _quantiles(samples_ms: list[float]) -> dict[str, Any]:
+    p50, p99 = percentile(samples_ms, 0.50), percentile(samples_ms, 0.99)
+    return {"p50": None if p50 is None else round(p50, 2), "p99": None if p99 is None else round(p99, 2),
+            "samples": len(samples_ms), "window": RECENT_ROUTES}
 
 
 def summarize(metrics: GatewayMetrics) -> dict[str, Any]:
@@ -53,17 +63,11 @@ def summarize(metrics: GatewayMetrics) -> dict[str, Any]:
         served = versions.setdefault(labels["specialist"], {})
         served[labels["version"]] = served.get(labels["version"], 0) + int(value)
 
-    recent = list(metrics.recent_time_to_route)
-    p50, p99 = percentile(recent, 0.50), percentile(recent, 0.99)
     return {
         "routed_requests": routed,
         "route_mix": dict(sorted(mix.items())),
-        "time_to_route_ms": {
-            "p50": None if p50 is None else round(p50 * 1000, 2),
-            "p99": None if p99 is None else round(p99 * 1000, 2),
-            "samples": len(recent),
-            "window": RECENT_ROUTES,
-        },
+        "routing_ms": _quantiles(list(metrics.recent_route_ms)),
+        "time_to_route_ms": _quantiles([s * 1000 for s in metrics.recent_time_to_route]),
         "tokens": {**tokens, "cached_share": round(tokens["cached"] / tokens["prompt"], 4) if tokens["prompt"] else 0.0},
         "versions": dict(sorted(versions.items())),
     }

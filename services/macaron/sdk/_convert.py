@@ -227,6 +227,7 @@ def route_from_proto(r: pb.RouteDecision) -> Route:
         adapter_version=r.adapter_version,
         replica=r.replica,
         detail=r.detail,
+        route_ms=r.route_ms,
     )
 
 

@@ -19,10 +19,14 @@ from fastapi import FastAPI
 from starlette.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
+from macaron.gateway.errors import GatewayError
+
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
 RENDERER_DIR = HERE / "web" / "dist"
 RENDERER_FILE = "a2ui-renderer.js"
+RENDERER_FILES = {RENDERER_FILE: "text/javascript", RENDERER_FILE + ".LEGAL.txt": "text/plain"}
+"""What the bundle folder may serve (the bundle and its licence notices), with their media types."""
 
 
 def renderer_built() -> bool:
@@ -32,14 +36,21 @@ def renderer_built() -> bool:
 
 def mount_playground(app: FastAPI) -> None:
     """`GET /` (the page), `/playground/static/*` (its script and style), `/playground/renderer/*` (the bundle)."""
+    renderer_dir = RENDERER_DIR  # read at mount time, so tests can point it elsewhere
 
     @app.get("/", include_in_schema=False)
     async def playground_page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers={"cache-control": "no-cache"})
 
+    @app.get("/playground/renderer/{name}", include_in_schema=False)
+    async def playground_renderer(name: str) -> FileResponse:
+        path = renderer_dir / name
+        if name not in RENDERER_FILES or not path.is_file():
+            raise GatewayError(404, f"{name} is not here: the A2UI renderer is built by scripts/bootstrap.sh, "
+                               "which needs node and npm", type="not_found_error", code="renderer_not_built")
+        return FileResponse(path, media_type=RENDERER_FILES[name], headers={"cache-control": "no-cache"})
+
     app.mount("/playground/static", StaticFiles(directory=STATIC_DIR), name="playground-static")
-    # check_dir=False: without npm the folder is absent and the bundle's URL answers 404, which the page reports
-    app.mount("/playground/renderer", StaticFiles(directory=RENDERER_DIR, check_dir=False), name="playground-renderer")
 
 
 __all__ = ["RENDERER_DIR", "STATIC_DIR", "mount_playground", "renderer_built"]

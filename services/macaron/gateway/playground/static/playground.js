@@ -128,6 +128,7 @@ class Turn {
       reason: headers.get('x-macaron-route-reason') || '',
       confidence: headers.get('x-macaron-route-confidence') || '',
       version: headers.get('x-macaron-adapter-version') || '',
+      routeMs: headers.get('x-macaron-route-ms') || '',
       requestId: headers.get('x-request-id') || '',
     };
     this.node.dataset.specialist = this.route.specialist;
@@ -148,6 +149,7 @@ class Turn {
       tag('version', 'adapter', r.version || 'unversioned', 'adapter version that answered'),
       tag('reason', 'route', r.reason || '?', 'why the router chose this specialist'),
       tag('confidence', 'confidence', r.confidence || '?'),
+      tag('route-ms', 'routing', r.routeMs ? r.routeMs + ' ms' : '?', 'time the router took to decide and place it'),
       tag('ttft', 'TTFT', ttft === null ? '…' : ttft + ' ms', 'time to first token, measured by the gateway'),
       tag('rate', 'tok/s', rate === null ? '…' : rate, 'decode tokens per second after the first token'),
       this.usage ? tag('tokens', 'tokens', `${this.usage.prompt_tokens}→${this.usage.completion_tokens}` +
@@ -352,13 +354,15 @@ function renderStats(s) {
       `${Math.round(m.share * 100)}% (${m.requests})`)))
     : [el('p', {class: 'muted'}, 'no routed request yet')];
   const t = s.time_to_route_ms;
+  const r = s.routing_ms;
   const ms = (v) => (v === null ? '–' : v + ' ms');
   const versions = Object.entries(s.versions);
   $('stats').replaceChildren(
     el('h3', {}, `Route mix (${s.routed_requests} requests)`), el('div', {class: 'bars', id: 'route-mix'}, ...bars),
-    el('h3', {}, 'Routing'),
-    statLine('time to route p50', ms(t.p50), 'route-p50'),
-    statLine('time to route p99', ms(t.p99), 'route-p99'),
+    el('h3', {}, 'Routing latency (in the router)'),
+    statLine('p50', ms(r.p50), 'route-p50'),
+    statLine('p99', ms(r.p99), 'route-p99'),
+    statLine('time to route p50 / p99 (gateway)', `${ms(t.p50)} / ${ms(t.p99)}`, 'time-to-route'),
     el('h3', {}, 'Prefix cache'),
     statLine('cached share of prompt tokens', (s.tokens.cached_share * 100).toFixed(1) + '%', 'cached-share'),
     statLine('prompt / cached tokens', `${s.tokens.prompt} / ${s.tokens.cached}`, 'tokens'),
