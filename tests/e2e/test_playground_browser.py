@@ -13,6 +13,7 @@ A2UI renderer) is exercised, and the rendered components can be looked for in th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -90,12 +91,15 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
     return folder
 
 
-@pytest.fixture
-def page(browser: Any, stack: Stack) -> Iterator[Any]:
+@contextlib.contextmanager
+def open_page(browser: Any, stack: Stack, *, without_renderer: bool = False) -> Iterator[Any]:
+    """The playground in a fresh browser context; fails the test on any uncaught error in the page."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     tab = context.new_page()
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    if without_renderer:  # as on a machine where the set-up had no npm: the bundle's URL is a 404
+        tab.route("**/playground/renderer/**", lambda route: route.fulfill(status=404, body="not built"))
     tab.goto(stack.gateway_url + "/")
     tab.wait_for_selector("body[data-ready=true]")
     try:
@@ -103,6 +107,12 @@ def page(browser: Any, stack: Stack) -> Iterator[Any]:
     finally:
         context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: Any, stack: Stack) -> Iterator[Any]:
+    with open_page(browser, stack) as tab:
+        yield tab
 
 
 def ask(page: Any, prompt: str, *, model: str, key: str = API_KEY, options: str | None = None) -> Any:
@@ -133,6 +143,8 @@ def test_a_message_is_streamed_and_tagged_with_its_route(page: Any, artifacts: P
     assert turn.locator(".tag[data-tag=specialist]").inner_text().split()[-1] in {"chat", "agent", "code", "ui"}
     assert turn.locator(".tag[data-tag=reason]").inner_text().split()[-1] not in {"?", ""}
     assert turn.locator(".tag[data-tag=ttft]").inner_text().endswith(" ms")
+    route_ms = turn.locator(".tag[data-tag=route-ms]").inner_text().split()[-2]
+    assert float(route_ms) > 0, "the router's routing time did not reach the page"
     assert turn.locator(".tag[data-tag=tokens]").count() == 1
     # the live panel counts it (polled, and refreshed after each answer)
     page.wait_for_selector("#route-mix .bar-row")
@@ -193,3 +205,15 @@ def test_a_bad_api_key_shows_the_error_message(page: Any, artifacts: Path) -> No
     assert "401" in error and "invalid API key" in error
     page.wait_for_selector("#stats-error:not([hidden])")
     assert "invalid API key" in page.inner_text("#stats-error")
+
+
+def test_without_the_renderer_the_page_says_so_and_still_shows_the_json(browser: Any, stack: Stack,
+                                                                         artifacts: Path) -> None:
+    with open_page(browser, stack, without_renderer=True) as tab:
+        note = tab.locator("#renderer-note")
+        assert note.is_visible() and "renderer is not installed" in note.inner_text()
+        turn = ask(tab, "A sign-up form", model="macaron-ui", options=pinned_options(SIGNUP_FORM))
+        tab.screenshot(path=str(artifacts / "06-no-renderer.png"), full_page=True)
+        assert turn.get_attribute("data-a2ui") == "unrendered"
+        assert json.loads(turn.locator(".a2ui-raw").inner_text()) == SIGNUP_FORM
+        assert turn.locator("a2ui-surface").count() == 0

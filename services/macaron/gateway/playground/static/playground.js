@@ -138,6 +138,7 @@ class Turn {
   renderTags() {
     const r = this.route;
     const s = this.summary || {};
+    const pending = this.node.dataset.state === 'streaming' ? '…' : '–';
     const ttft = s.ttft_ms ?? (this.firstAt === null ? null : Math.round(this.firstAt - this.sentAt));
     let rate = s.tokens_per_s;
     if (rate === undefined || rate === null) {
@@ -150,8 +151,8 @@ class Turn {
       tag('reason', 'route', r.reason || '?', 'why the router chose this specialist'),
       tag('confidence', 'confidence', r.confidence || '?'),
       tag('route-ms', 'routing', r.routeMs ? r.routeMs + ' ms' : '?', 'time the router took to decide and place it'),
-      tag('ttft', 'TTFT', ttft === null ? '…' : ttft + ' ms', 'time to first token, measured by the gateway'),
-      tag('rate', 'tok/s', rate === null ? '…' : rate, 'decode tokens per second after the first token'),
+      tag('ttft', 'TTFT', ttft === null ? pending : ttft + ' ms', 'time to first token, measured by the gateway'),
+      tag('rate', 'tok/s', rate === null ? pending : rate, 'decode tokens per second after the first token'),
       this.usage ? tag('tokens', 'tokens', `${this.usage.prompt_tokens}→${this.usage.completion_tokens}` +
         (this.usage.prompt_tokens_details?.cached_tokens ? ` (${this.usage.prompt_tokens_details.cached_tokens} cached)` : ''),
         'prompt → completion tokens') : null,
@@ -336,6 +337,7 @@ async function send(prompt) {
     turn.fail('The gateway could not be reached: ' + (err.message || err));
   } finally {
     refreshStats();
+    setTimeout(refreshStats, 700);  // the gateway counts a stream's tokens just after its last byte
   }
 }
 
