@@ -223,6 +223,8 @@ class Turn {
     let problem = '';
     try {
       messages = JSON.parse(this.content);
+      // the protocol's list wrapper ({"messages": [...]}) is accepted too
+      if (messages && !Array.isArray(messages) && Array.isArray(messages.messages)) messages = messages.messages;
     } catch (err) {
       problem = 'the answer is not JSON (' + err.message + ')';
     }
