@@ -162,6 +162,8 @@ def test_a_ui_form_is_rendered_by_the_a2ui_renderer_next_to_its_json(page: Any, 
     assert turn.get_attribute("data-state") == "done", turn.inner_text()
     assert turn.locator(".tag[data-tag=specialist]").inner_text().split()[-1] == "ui"
     assert turn.get_attribute("data-a2ui") == "rendered", turn.inner_text()
+    # rendered live: the surface was drawn while the answer still streamed (its last message came later)
+    assert int(turn.get_attribute("data-live-renders") or 0) >= 1
     view = turn.locator(".a2ui-view")
     view.locator("a2ui-surface").wait_for()
     # Playwright's CSS engine pierces the renderer's shadow roots: these are the rendered components

@@ -119,6 +119,9 @@ class Turn {
     this.firstAt = null;
     this.lastAt = null;
     this.deltas = 0;
+    this.ui = null;           // the rendered | raw panes of a ui answer
+    this.liveMessages = 0;    // A2UI messages rendered so far while streaming
+    this.liveRenders = 0;
     scrollDown();
   }
 
@@ -174,7 +177,8 @@ class Turn {
     }
     if (delta.content) {
       this.content += delta.content;
-      this.text.textContent = this.content;
+      if (this.route.specialist === 'ui') this.renderUiLive();
+      else this.text.textContent = this.content;
       scrollDown();
     }
     for (const d of delta.tool_calls || []) {
@@ -218,7 +222,37 @@ class Turn {
     if (this.route.specialist === 'ui' && !this.toolCalls.length) this.renderUi();
   }
 
+  /** The two panes of a ui answer (rendered | raw), made once: filled live while it streams, then for good. */
+  uiLayout() {
+    if (!this.ui) {
+      this.ui = {view: el('div', {class: 'a2ui-view'}), raw: el('pre', {class: 'a2ui-raw'})};
+      this.text.hidden = true;
+      this.extra.replaceChildren(el('div', {class: 'a2ui'},
+        el('div', {class: 'a2ui-pane'}, el('h3', {}, 'Rendered (A2UI v0.9, basic catalog)'), this.ui.view),
+        el('div', {class: 'a2ui-pane'}, el('h3', {}, 'Raw JSON'), this.ui.raw)));
+    }
+    return this.ui;
+  }
+
+  /** While a ui answer streams: render the messages complete so far (a surface appears as soon as it has a root). */
+  renderUiLive() {
+    const {view, raw} = this.uiLayout();
+    raw.textContent = this.content;
+    if (!state.renderer) return;
+    const messages = completeArrayItems(this.content);
+    if (messages.length <= this.liveMessages) return;
+    this.liveMessages = messages.length;
+    try {
+      state.renderer.renderA2ui(view, messages);
+      this.liveRenders += 1;
+      this.node.dataset.liveRenders = String(this.liveRenders);
+    } catch {
+      // not renderable yet (no root so far): the final check at the end says what is wrong, if anything
+    }
+  }
+
   renderUi() {
+    const {view, raw} = this.uiLayout();
     let messages = null;
     let problem = '';
     try {
@@ -228,8 +262,7 @@ class Turn {
     } catch (err) {
       problem = 'the answer is not JSON (' + err.message + ')';
     }
-    const raw = el('pre', {class: 'a2ui-raw'}, messages === null ? this.content : JSON.stringify(messages, null, 2));
-    const view = el('div', {class: 'a2ui-view'});
+    raw.textContent = messages === null ? this.content : JSON.stringify(messages, null, 2);
     if (!problem && state.renderer) {
       try {
         const counts = state.renderer.renderA2ui(view, messages);
@@ -238,20 +271,51 @@ class Turn {
         problem = err.message || String(err);
       }
     } else if (!problem) {
-      view.append(el('p', {class: 'note'}, state.rendererProblem));
+      view.replaceChildren(el('p', {class: 'note'}, state.rendererProblem));
     }
     if (problem) {
       view.replaceChildren(el('div', {class: 'error a2ui-invalid', role: 'alert'},
         el('b', {}, 'Not a valid A2UI description: '), problem,
         el('div', {class: 'muted'}, 'The raw answer is on the right; nothing was rendered.')));
     }
-    this.text.hidden = true;
     this.node.dataset.a2ui = problem ? 'invalid' : (state.renderer ? 'rendered' : 'unrendered');
-    this.extra.replaceChildren(el('div', {class: 'a2ui'},
-      el('div', {class: 'a2ui-pane'}, el('h3', {}, 'Rendered (A2UI v0.9, basic catalog)'), view),
-      el('div', {class: 'a2ui-pane'}, el('h3', {}, 'Raw JSON'), raw)));
     scrollDown();
   }
+}
+
+/** The complete top-level items of a JSON array that is still arriving (`[{...}, {...}, {..` gives two). */
+function completeArrayItems(text) {
+  const items = [];
+  let depth = 0;
+  let inString = false;
+  let escaped = false;
+  let start = -1;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (c === '\\') escaped = true;
+      else if (c === '"') inString = false;
+      continue;
+    }
+    if (c === '"') inString = true;
+    else if (c === '[' || c === '{') {
+      depth += 1;
+      if (depth === 2) start = i;
+    } else if (c === ']' || c === '}') {
+      depth -= 1;
+      if (depth === 1 && start >= 0) {
+        try {
+          items.push(JSON.parse(text.slice(start, i + 1)));
+        } catch {
+          return items;
+        }
+        start = -1;
+      }
+      if (depth <= 0) break;
+    }
+  }
+  return items;
 }
 
 function errorText(status, body) {
