@@ -37,7 +37,7 @@ SIGNUP_FORM: list[dict[str, Any]] = [
         {"id": "name", "component": "TextField", "label": "Name", "value": {"path": "/form/name"}},
         {"id": "email", "component": "TextField", "label": "Email", "value": {"path": "/form/email"}},
         {"id": "submit", "component": "Button", "child": "submit_label", "variant": "primary",
-         "action": {"event": {"name": "submit"}}},
+         "action": {"event": {"name": "submit", "context": {"name": {"path": "/form/name"}}}}},
         {"id": "submit_label", "component": "Text", "text": "Create account"},
     ]}},
     {"version": "v0.9", "updateDataModel": {"surfaceId": "main", "path": "/form", "value": {"name": "", "email": ""}}},
@@ -174,7 +174,13 @@ def test_a_ui_form_is_rendered_by_the_a2ui_renderer_next_to_its_json(page: Any, 
     assert view.get_by_text("Sign up").count() == 1
     raw = json.loads(turn.locator(".a2ui-raw").inner_text())
     assert raw == SIGNUP_FORM
-    view.locator("input").first.fill("Ada")  # live components: they take input
+    # live components: typed input reaches the data model, and the button sends it in its action
+    view.locator("input").first.fill("Ada")
+    view.get_by_role("button", name="Create account").click()
+    action = turn.locator(".a2ui-action[data-action=submit]")
+    action.wait_for()
+    sent = json.loads(action.locator("code").inner_text())
+    assert sent["name"] == "submit" and sent["surfaceId"] == "main" and sent["context"] == {"name": "Ada"}
     page.screenshot(path=str(artifacts / "02-ui-form-rendered.png"), full_page=True)
 
 

@@ -251,6 +251,13 @@ class Turn {
     }
   }
 
+  /** What a rendered surface sends back (A2UI client-to-server action), shown, not sent: the playground is one-way. */
+  showAction(action) {
+    const line = el('div', {class: 'a2ui-action', 'data-action': action.name || ''},
+      el('span', {class: 'tool-label'}, 'action'), ' ', el('code', {}, JSON.stringify(action)));
+    this.uiLayout().view.after(line);
+  }
+
   renderUi() {
     const {view, raw} = this.uiLayout();
     let messages = null;
@@ -265,7 +272,7 @@ class Turn {
     raw.textContent = messages === null ? this.content : JSON.stringify(messages, null, 2);
     if (!problem && state.renderer) {
       try {
-        const counts = state.renderer.renderA2ui(view, messages);
+        const counts = state.renderer.renderA2ui(view, messages, (action) => this.showAction(action));
         view.dataset.components = String(counts.components);
       } catch (err) {
         problem = err.message || String(err);

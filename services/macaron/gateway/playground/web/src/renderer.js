@@ -1,7 +1,7 @@
 // The playground's A2UI renderer: the official Lit renderer (@a2ui/lit, protocol v0.9, basic
 // catalog) behind one small function, so the page's own script stays plain JavaScript.
 //
-// renderA2ui(container, messages) checks the messages, feeds them to a fresh MessageProcessor
+// renderA2ui(container, messages, onAction) checks the messages, feeds them to a fresh MessageProcessor
 // (one per answer: surface ids such as "main" repeat across answers) and mounts one
 // <a2ui-surface> per surface in `container`. Anything the renderer would not show throws an
 // Error whose message says what is wrong, so the page can say it instead of breaking.
@@ -46,14 +46,15 @@ export function checkMessages(messages) {
   });
 }
 
-/** Renders A2UI messages into `container`; returns {surfaces, components}; throws a clear Error. */
-export function renderA2ui(container, messages) {
+/** Renders A2UI messages into `container`; returns {surfaces, components}; throws a clear Error.
+ * `onAction(action)` receives what the surface's buttons send (the protocol's client-to-server action). */
+export function renderA2ui(container, messages, onAction) {
   checkMessages(messages);
   if (!stylesInjected) {
     injectBasicCatalogStyles();
     stylesInjected = true;
   }
-  const processor = new MessageProcessor([basicCatalog]);
+  const processor = new MessageProcessor([basicCatalog], (action) => onAction?.(action));
   const surfaces = [];
   const subscription = processor.onSurfaceCreated((s) => surfaces.push(s));
   try {
