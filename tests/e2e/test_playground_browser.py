@@ -136,7 +136,12 @@ def ask(page: Any, prompt: str, *, model: str, key: str = API_KEY, options: str 
 def test_a_message_is_streamed_and_tagged_with_its_route(page: Any, artifacts: Path) -> None:
     session = page.text_content("#session-id")
     assert session and session.startswith("pg-")
-    turn = ask(page, "Hello! What can you do?", model="macaron-auto", options='{"max_tokens": 24}')
+    with page.expect_request("**/v1/chat/completions") as sent:
+        turn = ask(page, "Hello! What can you do?", model="macaron-auto", options='{"max_tokens": 24}')
+    request = sent.value
+    assert request.headers["x-session-id"] == session  # the session id that keeps the route sticky
+    assert request.headers["authorization"] == f"Bearer {API_KEY}"
+    assert json.loads(request.post_data)["stream"] is True
     assert turn.get_attribute("data-state") == "done", turn.inner_text()
     assert int(turn.get_attribute("data-deltas") or 0) >= 2, "the answer did not arrive in several streamed pieces"
     assert turn.locator(".content").inner_text().strip()
