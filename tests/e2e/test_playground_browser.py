@@ -65,11 +65,17 @@ def system_chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+# decided before any fixture starts (the session's `macaron serve` would start first otherwise)
+pytestmark = pytest.mark.skipif(
+    system_chromium() is None,
+    reason="no system Chromium (Debian package `chromium`): scripts/test installs it when run as root or in CI",
+)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     path = system_chromium()
-    if path is None:
-        pytest.skip("no system Chromium (Debian package `chromium`): scripts/test installs it when run as root or in CI")
+    assert path is not None
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
