@@ -42,6 +42,11 @@ SIGNUP_FORM: list[dict[str, Any]] = [
     ]}},
     {"version": "v0.9", "updateDataModel": {"surfaceId": "main", "path": "/form", "value": {"name": "", "email": ""}}},
 ]
+GREETING: list[dict[str, Any]] = [
+    {"version": "v0.9", "createSurface": {"surfaceId": "main", "catalogId": BASIC_CATALOG}},
+    {"version": "v0.9", "updateComponents": {"surfaceId": "main", "components": [
+        {"id": "root", "component": "Text", "text": "Hello"}]}},
+]
 NOT_A2UI_V09: list[dict[str, Any]] = [{"version": "v0.8", "beginRendering": {"surfaceId": "main", "root": "root"}}]
 
 
@@ -231,8 +236,8 @@ def test_without_the_renderer_the_page_says_so_and_still_shows_the_json(browser:
     with open_page(browser, stack, without_renderer=True) as tab:
         note = tab.locator("#renderer-note")
         assert note.is_visible() and "renderer is not installed" in note.inner_text()
-        turn = ask(tab, "A sign-up form", model="macaron-ui", options=pinned_options(SIGNUP_FORM))
+        turn = ask(tab, "Say hello", model="macaron-ui", options=pinned_options(GREETING, 200))
         tab.screenshot(path=str(artifacts / "06-no-renderer.png"), full_page=True)
         assert turn.get_attribute("data-a2ui") == "unrendered"
-        assert json.loads(turn.locator(".a2ui-raw").inner_text()) == SIGNUP_FORM
+        assert json.loads(turn.locator(".a2ui-raw").inner_text()) == GREETING
         assert turn.locator("a2ui-surface").count() == 0
