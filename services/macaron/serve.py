@@ -102,6 +102,7 @@ class Endpoints:
     specialists: dict[str, str] = field(default_factory=dict)
     dev_mode: bool = True
     store: str = "in-process"
+    playground: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +112,7 @@ class Endpoints:
             "specialists": self.specialists,
             "dev_mode": self.dev_mode,
             "store": self.store,
+            "playground_url": f"{self.gateway_url}/" if self.playground else None,
         }
 
 
@@ -127,6 +129,7 @@ def banner(e: Endpoints) -> str:
     lines = [
         "",
         f"Macaron Serve is ready ({mode}).",
+        *([f"  playground (browser)         {e.gateway_url}/"] if e.playground else []),
         f"  gateway (OpenAI-compatible)  {e.gateway_url}/v1",
         f"  OpenAPI docs                 {e.gateway_url}/docs",
         f"  router (gRPC SDK)            {e.router_target}",
@@ -177,7 +180,8 @@ class EmbeddedStack:
             await self.stop()
             raise
         store = "Redis " + _redact(s.redis_url) if s.redis_url else "in-process (set REDIS_URL to share state in Redis)"
-        self.endpoints = Endpoints(gateway_url, router_target, engine_url, specialists, dev_mode, store)
+        self.endpoints = Endpoints(gateway_url, router_target, engine_url, specialists, dev_mode, store,
+                                   playground=self.settings.gateway.playground)
         return self.endpoints
 
     def _gateway_socket(self) -> socket.socket:

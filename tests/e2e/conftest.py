@@ -20,6 +20,13 @@ from macaron.auth import hash_api_key
 
 API_KEY = "mk-e2e-test-key"
 STARTUP_TIMEOUT_S = 300.0
+ARTIFACT_DIRS = pytest.StashKey[list]()
+"""Folders where tests left artifacts (the browser tests' screenshots), printed at the end of the run."""
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    for folder in config.stash.get(ARTIFACT_DIRS, []):
+        terminalreporter.write_line(f"test artifacts (screenshots): {folder}")
 
 
 @dataclass

@@ -46,6 +46,7 @@ def test_banner_says_dev_mode_and_has_a_curl() -> None:
     e = Endpoints("http://127.0.0.1:8080", "127.0.0.1:50051", "http://127.0.0.1:30000", {"chat": "127.0.0.1:50061"})
     text = banner(e)
     assert "DEV MODE" in text and "curl http://127.0.0.1:8080/v1/chat/completions" in text and "Authorization" not in text
+    assert "playground (browser)         http://127.0.0.1:8080/\n" in text
     e.dev_mode = False
     assert "Authorization: Bearer $MACARON_API_KEY" in banner(e)
 

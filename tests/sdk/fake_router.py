@@ -35,6 +35,9 @@ from grpc_status import rpc_status
 from macaron.v1 import common_pb2 as pb
 from macaron.v1 import router_pb2, router_pb2_grpc
 
+ROUTE_MS = 1.5
+"""What the fake says routing took (the real router reports its decide-and-place time on each route)."""
+
 KINDS = {"chat": pb.SPECIALIST_KIND_CHAT, "agent": pb.SPECIALIST_KIND_AGENT, "code": pb.SPECIALIST_KIND_CODE,
          "ui": pb.SPECIALIST_KIND_UI}
 
@@ -54,13 +57,15 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
 
     def _decide(self, request: pb.GenerateRequest) -> pb.RouteDecision:
         if request.specialist:
-            return pb.RouteDecision(specialist=request.specialist, reason=pb.ROUTE_REASON_EXPLICIT, confidence=1.0)
+            return pb.RouteDecision(specialist=request.specialist, reason=pb.ROUTE_REASON_EXPLICIT, confidence=1.0,
+                                    route_ms=ROUTE_MS)
         if request.session_id in self.sessions:
             return pb.RouteDecision(specialist=self.sessions[request.session_id], reason=pb.ROUTE_REASON_SESSION,
-                                    confidence=0.9)
+                                    confidence=0.9, route_ms=ROUTE_MS)
         text = request.messages[-1].content if request.messages else ""
         kind = pb.SPECIALIST_KIND_CODE if "python" in text.lower() else pb.SPECIALIST_KIND_CHAT
-        return pb.RouteDecision(specialist=kind, reason=pb.ROUTE_REASON_CLASSIFIER, confidence=0.75, detail="fake")
+        return pb.RouteDecision(specialist=kind, reason=pb.ROUTE_REASON_CLASSIFIER, confidence=0.75, detail="fake",
+                                route_ms=ROUTE_MS)
 
     def Generate(self, request: pb.GenerateRequest, context: grpc.ServicerContext) -> Any:
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}

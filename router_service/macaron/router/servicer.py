@@ -229,6 +229,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             forward.request_id = request_id
             forward.specialist = KIND_BY_NAME[d.specialist]
             forward.route.CopyFrom(decision_to_proto(d, adapter=route.adapter, version=route.version))
+            forward.route.route_ms = route.route_ms  # the specialist passes it on: callers see what routing cost
             forward.engine_replica_hint = route.replica or ""
             remaining = context.time_remaining()
             timeout = self.default_timeout_s if remaining is None else remaining

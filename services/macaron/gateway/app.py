@@ -113,6 +113,10 @@ def create_app(
     app.state.gateway = gateway
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.include_router(router)
+    if gs.playground:
+        from macaron.gateway.playground import mount_playground
+
+        mount_playground(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=gs.max_body_bytes)
 
     @app.exception_handler(GatewayError)

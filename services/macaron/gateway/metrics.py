@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+RECENT_ROUTES = 1024
+"""Routing-time samples kept for exact recent percentiles (`/stats`)."""
 
 
 class GatewayMetrics:
@@ -60,6 +63,10 @@ class GatewayMetrics:
             "macaron_gateway_version_tokens_total", "Tokens by specialist, adapter version and kind (prompt, completion, cached).",
             [*labels, "kind"], registry=r,
         )
+        self.recent_time_to_route: deque[float] = deque(maxlen=RECENT_ROUTES)
+        """Seconds from request to the router's first chunk (routing, forwarding, the specialist's first event)."""
+        self.recent_route_ms: deque[float] = deque(maxlen=RECENT_ROUTES)
+        """Milliseconds the router itself spent deciding and placing (`Route.route_ms`)."""
 
     @staticmethod
     def _version_labels(route: Any) -> tuple[str, str]:
@@ -69,6 +76,9 @@ class GatewayMetrics:
 
     def observe_route(self, route: Any, seconds: float) -> None:
         """The router's first chunk arrived after `seconds`: counted under the route's version."""
+        self.recent_time_to_route.append(seconds)
+        if route is not None and route.route_ms > 0:
+            self.recent_route_ms.append(route.route_ms)
         if route is not None:
             self.version_time_to_route.labels(*self._version_labels(route)).observe(seconds)
 

@@ -15,6 +15,7 @@ from macaron.gateway import protocol_completions as pc
 from macaron.gateway.body import parse_json_body
 from macaron.gateway.errors import GatewayError, bad_request, from_validation
 from macaron.gateway.serving_chat import SESSION_HEADER
+from macaron.gateway.stats import summarize
 from macaron.sdk import MODELS
 
 if TYPE_CHECKING:
@@ -162,6 +163,23 @@ async def readyz(request: Request) -> Response:
     if not await gateway.client.health(timeout=2.0):
         return JSONResponse({"status": "router unavailable", "router": gateway.settings.router_target}, status_code=503)
     return JSONResponse({"status": "ready", "dev_mode": gateway.guard.dev_mode, "store_degraded": gateway.guard.degraded})
+
+
+@router.get(
+    "/stats",
+    responses={401: {"model": p.ErrorResponse}},
+    summary="Live figures as JSON: route mix, time to route p50/p99, cached-token share, versions per specialist",
+)
+async def stats(request: Request) -> dict:
+    """Same auth as the API (a key, or none in dev mode), not counted against the key's request limit:
+    the playground polls it every few seconds."""
+    gateway = _gateway(request)
+    try:
+        gateway.guard.authenticate(bearer_token(request))
+    except AuthError as exc:
+        gateway.metrics.auth_failures.labels(status="401").inc()
+        raise GatewayError(401, str(exc), type="authentication_error", code="invalid_api_key") from None
+    return summarize(gateway.metrics)
 
 
 @router.get("/metrics", summary="Prometheus metrics", include_in_schema=True)

@@ -37,11 +37,29 @@ def route_headers(route: Route | None) -> dict[str, str]:
         "x-macaron-specialist": route.specialist or "",
         "x-macaron-route-reason": route.reason,
         "x-macaron-route-confidence": f"{route.confidence:.3f}",
+        "x-macaron-route-ms": f"{route.route_ms:.2f}",
     }
     if route.adapter:
         headers["x-macaron-adapter"] = route.adapter + (f"@{route.adapter_version}" if route.adapter_version else "")
         headers["x-macaron-adapter-version"] = route.adapter_version  # "" for the unversioned adapter
     return headers
+
+
+def stream_summary(route: Route | None, start: float, first_token: float | None, last_token: float | None,
+                   usage: Usage | None) -> dict[str, Any]:
+    """The `macaron` field of a stream's last chunk: its route and the gateway's timing (an extra field,
+    which OpenAI clients ignore). TTFT runs from the request to the first text or tool-call chunk;
+    tokens/s is the decode rate after it (None when fewer than two chunks came)."""
+    ttft_ms = None if first_token is None else round((first_token - start) * 1000, 1)
+    rate = None
+    if usage is not None and first_token is not None and last_token is not None and last_token > first_token:
+        rate = round(max(usage.completion_tokens - 1, 0) / (last_token - first_token), 1)
+    summary: dict[str, Any] = {"ttft_ms": ttft_ms, "tokens_per_s": rate}
+    if route is not None:
+        summary.update(specialist=route.specialist, route_reason=route.reason,
+                       route_confidence=round(route.confidence, 3), adapter_version=route.adapter_version,
+                       route_ms=round(route.route_ms, 2))
+    return summary
 
 
 def usage_model(usage: Usage) -> p.CompletionUsage:
@@ -241,7 +259,7 @@ class ChatService:
         pending: list[TokenLogprob] = []
         """Logprobs not sent yet: they ride with the next frame (OpenAI puts them next to the delta they explain)."""
 
-        def frame(delta: p.Delta, finish_reason: str | None = None) -> str:
+        def frame(delta: p.Delta, finish_reason: str | None = None, extra: dict[str, Any] | None = None) -> str:
             logprobs = None
             if req.logprobs and (pending or finish_reason is None):
                 logprobs = p.ChoiceLogprobs(content=logprob_models(pending))
@@ -250,13 +268,20 @@ class ChatService:
                 p.ChunkChoice(delta=delta, finish_reason=finish_reason, logprobs=logprobs)])
             body = chunk.model_dump()
             body["choices"][0]["delta"] = delta.model_dump(exclude_none=True)  # OpenAI omits unset delta fields
+            if extra:
+                body.update(extra)
             return _data(body)
 
+        first_token: float | None = None
+        last_token: float | None = None
         try:
             yield frame(p.Delta(role="assistant", content=""))
             finish_reason: str | None = None
             async for chunk in stream:
                 pending.extend(chunk.logprobs)
+                if chunk.text or chunk.tool_calls:
+                    last_token = time.monotonic()
+                    first_token = first_token or last_token
                 if chunk.text:
                     yield frame(p.Delta(content=chunk.text))
                 if chunk.tool_calls:
@@ -277,7 +302,8 @@ class ChatService:
                 raise GatewayError(503, "the engine aborted the request", type="service_unavailable", code="aborted")
             if pending:  # logprobs of tokens that showed no text (held back, or markup)
                 yield frame(p.Delta())
-            yield frame(p.Delta(), finish_reason or "stop")
+            yield frame(p.Delta(), finish_reason or "stop",
+                        {"macaron": stream_summary(stream.route, start, first_token, last_token, usage)})
             if req.include_usage and usage is not None:
                 final = p.ChatCompletionChunk(id=cid, created=created, model=model, choices=[], usage=usage_model(usage))
                 yield _data(final.model_dump())

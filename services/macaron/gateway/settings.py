@@ -45,4 +45,8 @@ class GatewaySettings(BaseModel):
     grace_period_s: float = Field(
         10.0, description="On SIGTERM: seconds in-flight requests and streams get to finish before the gateway exits."
     )
+    playground: bool = Field(
+        True, description="Serve the playground page at GET / (a chat that shows each route and renders A2UI answers); "
+        "its API calls use the same keys as any client."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level of the gateway.")

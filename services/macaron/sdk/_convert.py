@@ -238,6 +238,7 @@ def route_from_proto(r: pb.RouteDecision) -> Route:
         adapter_version=r.adapter_version,
         replica=r.replica,
         detail=r.detail,
+        route_ms=r.route_ms,
     )
 
 

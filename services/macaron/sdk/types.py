@@ -95,6 +95,8 @@ class Route:
     replica: str = ""
     """Base-group URL that served the request (empty for Classify)."""
     detail: str = ""
+    route_ms: float = 0.0
+    """Time the router took to decide and place the request (0 when no router did, e.g. Classify)."""
 
     @property
     def model(self) -> str:
