@@ -180,7 +180,7 @@ class DecoderLayer(nn.Module):
         v = v.view(T, s.num_kv_heads, s.head_dim)
         k_cache.index_copy_(0, ctx.slot_mapping, k)
         v_cache.index_copy_(0, ctx.slot_mapping, v)
-        attn = attention(q, k, v, k_cache, v_cache, ctx, self.scale).reshape(T, self.q_size)
+        attn = attention(q, k, v, k_cache, v_cache, ctx, self.scale, self.index).reshape(T, self.q_size)
         out = linear(attn, self.o, self.o_bias)
         if pool is not None:
             lora_delta(pool, "o_proj", self.index, attn, out, ctx)
