@@ -25,8 +25,8 @@ MIN_CONTEXT = 96
 """Rows with a shorter context use the batched gather: below ~100 tokens one padded SDPA call
 over all rows beats one small matmul per row (SmolLM2 shapes, one CPU thread)."""
 GROW_TOKENS = 128
-"""A copy grows by at least this many token slots (or a quarter of its length): one re-copy per
-growth, amortised over many steps, and at most ~25 % of slack."""
+"""A copy grows by at least this many token slots (or an eighth of its length): one re-copy per
+growth, amortised over many steps, and at most ~12 % of slack."""
 
 
 class ContiguousKV:
@@ -78,7 +78,7 @@ class ContiguousKVStore:
         return self.budget_tokens * self.bytes_per_token
 
     def _capacity_for(self, tokens: int) -> int:
-        want = tokens + max(GROW_TOKENS, tokens // 4)
+        want = tokens + max(GROW_TOKENS, tokens // 8)
         return -(-want // 64) * 64
 
     def _alloc(self, capacity: int) -> torch.Tensor:
