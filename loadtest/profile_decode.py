@@ -17,34 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import torch
 
 from macaron.engine.args import EngineArgs
-from macaron.engine.bench import engine_decode_tps
+from macaron.engine.bench import engine_decode_tps, long_prompts, warm_prefix
 from macaron.engine.engine import LLMEngine
-from macaron.engine.protocol import GenerateRequest
-from macaron.engine.sampling_params import SamplingParams
-
-
-def long_prompts(vocab: int, batch: int, context: int, seed: int = 0) -> list[list[int]]:
-    """`batch` prompts of `context` tokens: one shared random prefix, a distinct 16-token tail each."""
-    g = torch.Generator().manual_seed(seed)
-    low = 16  # skip the first ids (special tokens live there)
-    prefix = torch.randint(low, vocab, (context - 16,), generator=g).tolist()
-    return [prefix + torch.randint(low, vocab, (16,), generator=g).tolist() for _ in range(batch)]
-
-
-def warm_prefix(eng: LLMEngine, prompt: list[int], adapters: set[str | None]) -> None:
-    """Prefills the shared prefix once under each adapter (the prefix cache is per adapter)."""
-    for adapter in adapters:
-        params = SamplingParams(temperature=0, max_new_tokens=1, ignore_eos=True)
-        eng.add_request(GenerateRequest(rid=f"warm-{adapter}-{time.monotonic_ns()}", prompt=prompt, sampling=params, lora_path=adapter))
-        while eng.has_unfinished():
-            eng.step()
 
 
 def decode_gather(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
