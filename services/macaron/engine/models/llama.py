@@ -2,7 +2,8 @@
 
 transformers' modules know nothing of a per-row adapter or of our paged KV cache, so the
 engine has its own small implementation: RMSNorm, RoPE, GQA attention over the cache (one
-SDPA call for all decode rows, one per prefill chunk), SwiGLU MLP. q/k/v and gate/up are fused
+SDPA call for the short-context decode rows, a grouped matmul over its own contiguous K/V copy
+for each long-context row, one SDPA call per prefill chunk), SwiGLU MLP. q/k/v and gate/up are fused
 into one matmul each; LoRA deltas are added per logical projection from the slot pool.
 """
 
