@@ -9,8 +9,11 @@ One run, one engine; by default the real default model, SmolLM2-135M-Instruct wi
 trained rank-8 specialists (`--model bench`: the ~106 M random model with rank-16 adapters). With
 --model DIR and no --lora, four random rank-64 adapters on all seven projections are written for it.
 
-1. decode tokens/s at batch 16 for base only, one adapter, four adapters mixed (best of the
-   repeats, interleaved; only steps where every row decodes count: `macaron.engine.bench`);
+1. decode tokens/s at batch 16 for base only, one adapter, four adapters mixed, and mixed with
+   sampling (best of the repeats, interleaved; only steps where every row decodes count:
+   `macaron.engine.bench`); then the same at 1,024 and 4,096 tokens of context (--contexts; rows
+   share one prefix, prefilled once per adapter), greedy and sampled, and mixed with attention
+   gathering the paged cache every step instead of reading the rows' contiguous K/V copies;
 2. grouped LoRA: mixed/base with 1, 2, 4 and 8 distinct adapters at ranks 8, 16 and 64 (random
    adapters on all seven projections, base measured in the same round);
 3. TTFT of a long prompt, fresh vs the same prompt again (prefix cached), driving step()
@@ -48,7 +51,14 @@ import torch
 from tqdm import tqdm
 
 from macaron.engine.args import EngineArgs
-from macaron.engine.bench import _prompts, engine_decode_tps, peft_decode_tps, write_random_adapters
+from macaron.engine.bench import (
+    _prompts,
+    engine_decode_tps,
+    long_prompts,
+    peft_decode_tps,
+    warm_prefix,
+    write_random_adapters,
+)
 from macaron.engine.engine import LLMEngine
 from macaron.engine.models.layers import linear
 from macaron.engine.protocol import GenerateRequest
@@ -64,20 +74,67 @@ def decode_phase(
     eng: LLMEngine, prompts: list[list[int]], names: list[str], new_tokens: int, repeats: int, between=None
 ) -> dict:
     batch = len(prompts)
+    mixed = [names[i % len(names)] for i in range(batch)]
     configs = {
-        "base": [None] * batch,
-        "one_adapter": [names[0]] * batch,
-        "mixed": [names[i % len(names)] for i in range(batch)],
+        "base": ([None] * batch, 0.0),
+        "one_adapter": ([names[0]] * batch, 0.0),
+        "mixed": (mixed, 0.0),
+        "mixed_sampling": (mixed, SAMPLING_TEMPERATURE),
     }
     engine_decode_tps(eng, prompts[:2], [None, names[0]], 4)  # warm-up (allocator, adapter slot)
     best = dict.fromkeys(configs, 0.0)
     keys = list(configs)
-    for i in range(repeats):  # interleaved, order rotated, so that load from elsewhere skews all three alike
-        for key in keys[i % 3 :] + keys[: i % 3]:
-            best[key] = max(best[key], engine_decode_tps(eng, prompts, configs[key], new_tokens))
+    for i in range(repeats):  # interleaved, order rotated, so that load from elsewhere skews all alike
+        for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
+            rows, temperature = configs[key]
+            best[key] = max(best[key], engine_decode_tps(eng, prompts, rows, new_tokens, temperature))
         if between is not None:
             between()
     return best
+
+
+SAMPLING_TEMPERATURE = 0.7
+"""Sampled rows use this temperature with top_p 0.95 and top_k 50 (seeded per row)."""
+
+
+# --- 1b. decode at long contexts -------------------------------------------------------------------
+def long_context_phase(eng: LLMEngine, names: list[str], context: int, batch: int, new_tokens: int, repeats: int) -> dict:
+    """Decode tokens/s with every row at `context` tokens (one shared prefix, prefilled once per
+    adapter): base and four adapters mixed, greedy and sampled, and mixed greedy with attention
+    gathering the paged cache every step instead of reading the rows' contiguous copies (the
+    engine before them). Best of `repeats`, interleaved, order rotated."""
+    mixed = [names[i % len(names)] for i in range(batch)]
+    prompts = long_prompts(eng.vocab_size, batch, context, seed=context)
+    warm_prefix(eng, prompts[0], {None, *mixed})
+    store = eng.runner.contiguous
+    budget = store.budget_tokens
+
+    def run(rows: list[str | None], temperature: float, copies: bool) -> float:
+        store.budget_tokens = budget if copies else 0
+        try:
+            return engine_decode_tps(eng, prompts, rows, new_tokens, temperature)
+        finally:
+            store.budget_tokens = budget
+
+    configs = {
+        "base": ([None] * batch, 0.0, True),
+        "mixed": (mixed, 0.0, True),
+        "base_sampling": ([None] * batch, SAMPLING_TEMPERATURE, True),
+        "mixed_sampling": (mixed, SAMPLING_TEMPERATURE, True),
+        "mixed_gather": (mixed, 0.0, False),
+    }
+    best = dict.fromkeys(configs, 0.0)
+    keys = list(configs)
+    for i in range(repeats):
+        for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
+            best[key] = max(best[key], run(*configs[key]))
+    return {
+        **{f"{k}_tok_s": round(v, 2) for k, v in best.items()},
+        "mixed_over_base": round(best["mixed"] / best["base"], 3),
+        "mixed_sampling_over_base_sampling": round(best["mixed_sampling"] / best["base_sampling"], 3),
+        "copy_over_gather": round(best["mixed"] / best["mixed_gather"], 2),
+        "batch": batch,
+    }
 
 
 # --- 2. TTFT -----------------------------------------------------------------------------------
@@ -278,6 +335,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, help="repeats of each decode figure (default 3; --quick 2)")
     ap.add_argument("--ttft-prompt-len", type=int, help="TTFT prompt tokens (default 1000; --quick 512)")
     ap.add_argument("--ttft-repeats", type=int, help="distinct TTFT prompts (default 5; --quick 3)")
+    ap.add_argument("--contexts", default=None,
+                    help="comma-separated prompt lengths for the long-context decode phase (default 1024,4096; "
+                    "--quick 1024; 0 skips it)")
+    ap.add_argument("--long-batch", type=int, default=8,
+                    help="rows in the long-context phase (their contiguous K/V copies take batch x context x "
+                    "the KV bytes per token)")
+    ap.add_argument("--long-new-tokens", type=int, default=16, help="decode tokens per row at long contexts")
     ap.add_argument("--no-peft", action="store_true", help="skip the transformers + PEFT run")
     ap.add_argument("--no-sweep", action="store_true", help="skip the grouped-LoRA sweep (ranks x adapter counts)")
     ap.add_argument("--no-ttft", action="store_true", help="skip the prefix-cache TTFT phase")
@@ -295,10 +359,11 @@ def main() -> None:
     ttft_repeats = a.ttft_repeats or (3 if q else 5)
     peft_repeats = 1 if q else repeats
     sweep_repeats = 2 if q else 3
+    contexts = [int(c) for c in (a.contexts or ("1024" if q else "1024,4096")).split(",") if int(c) > 0]
     workdir = Path(tempfile.mkdtemp(prefix="macaron-bench-"))
 
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    phases = ["model", "engine", "decode", "lora sweep", "ttft", "ceilings", "peft", "llama.cpp"]
+    phases = ["model", "engine", "decode", "long context", "lora sweep", "ttft", "ceilings", "peft", "llama.cpp"]
     bar = tqdm(total=len(phases), desc="bench_engine", unit="phase", file=sys.stderr)
 
     last = [time.perf_counter(), ""]
@@ -333,7 +398,16 @@ def main() -> None:
             model_path=str(model_dir),
             lora_paths=[f"{k}={v}" for k, v in adapters.items()],
             max_running_requests=a.batch,
-            max_total_tokens=max(a.max_total_tokens, 2 * a.batch * (a.prompt_len + new_tokens), 4 * ttft_len),
+            max_total_tokens=max(
+                a.max_total_tokens,
+                2 * a.batch * (a.prompt_len + new_tokens),
+                4 * ttft_len,
+                6 * max(contexts, default=0) + a.long_batch * (a.long_new_tokens + 32),
+            ),
+            # the long-context rows share their prefix's blocks but each holds its own copy
+            decode_kv_copy_tokens=max(
+                a.max_total_tokens, a.long_batch * (max(contexts, default=0) * 9 // 8 + a.long_new_tokens + 256)
+            ),
             num_threads=a.threads or None,
         )
     )
@@ -350,6 +424,12 @@ def main() -> None:
         peak.update(matmul_peak(weights, a.batch, 3, peak or None))
 
     tps = decode_phase(eng, prompts, names, new_tokens, repeats, between=peak_passes)
+    bar.update()
+
+    phase("long context")
+    long_ctx = {
+        c: long_context_phase(eng, names, c, a.long_batch, a.long_new_tokens, repeats) for c in contexts
+    }
     bar.update()
 
     phase("lora sweep")
@@ -418,6 +498,9 @@ def main() -> None:
         "mixed_tok_s": round(tps["mixed"], 1),
         "mixed_over_base": round(tps["mixed"] / tps["base"], 3),
         "one_adapter_over_base": round(tps["one_adapter"] / tps["base"], 3),
+        "mixed_sampling_tok_s": round(tps["mixed_sampling"], 1),
+        "mixed_sampling_over_mixed": round(tps["mixed_sampling"] / tps["mixed"], 3),
+        "long_context": {str(c): v for c, v in long_ctx.items()} or None,
         "mixed_over_base_8_adapters": sweep.get("r64_x8"),
         "mixed_over_base_rank64": sweep.get("r64_x4"),
         "lora_sweep_mixed_over_base": sweep or None,
@@ -447,6 +530,7 @@ def main() -> None:
         "adapters_over_base_bytes": round(adapter_bytes / mem.base_weight_bytes, 4),
         "adapters_with_accelerator_pool_over_base_bytes": round(with_pool / mem.base_weight_bytes, 4),
         "kv_cache_mb": round(mem.kv_cache_bytes * mb, 1),
+        "kv_copy_max_mb": round(mem.kv_copy_max_bytes * mb, 1),
         "total_mb": round(mem.total_bytes * mb, 1),
         "peak_rss_mb": round(rss_engine, 1),
         "peak_rss_with_peft_mb": round(rss_mb(), 1),
@@ -469,7 +553,18 @@ def main() -> None:
          f"{names[0]}; /base = {r['one_adapter_over_base']:.3f}"),
         (f"decode {len(names)} adapters mixed", f"{r['mixed_tok_s']:.1f} tok/s", f"{', '.join(names)}"),
         ("  mixed / base", f"{r['mixed_over_base']:.3f}", "target >= 0.85, aim 0.95"),
+        ("decode mixed, sampled", f"{r['mixed_sampling_tok_s']:.1f} tok/s",
+         f"temperature {SAMPLING_TEMPERATURE}, top_p 0.95, top_k 50; / greedy = {r['mixed_sampling_over_mixed']:.3f}"),
     ]
+    for c, lc in long_ctx.items():
+        rows += [
+            (f"decode at {c} tokens, base / mixed", f"{lc['base_tok_s']:.2f} / {lc['mixed_tok_s']:.2f} tok/s",
+             f"batch {lc['batch']}, greedy; mixed / base = {lc['mixed_over_base']:.3f}"),
+            ("  sampled, base / mixed", f"{lc['base_sampling_tok_s']:.2f} / {lc['mixed_sampling_tok_s']:.2f} tok/s",
+             f"mixed / base = {lc['mixed_sampling_over_base_sampling']:.3f}"),
+            ("  mixed, gathering the paged cache", f"{lc['mixed_gather_tok_s']:.2f} tok/s",
+             f"contiguous copies / gather = {lc['copy_over_gather']:.2f}x"),
+        ]
     for key, ratio in sweep.items():
         rank, count = key[1:].split("_x")
         rows.append((f"  grouped LoRA r{rank}, {count} adapters", f"{ratio:.3f}",
@@ -506,7 +601,9 @@ def main() -> None:
          f"{mem.adapter_slots} slots x max rank x every module; (host + pool) / base = "
          f"{r['adapters_with_accelerator_pool_over_base_bytes']:.4f}"),
         ("KV cache", f"{r['kv_cache_mb']:.1f} MB", f"preallocated, {kv_tokens} tokens"),
-        ("total held", f"{r['total_mb']:.1f} MB", "weights + adapters + pool + KV"),
+        ("KV copies, at most", f"{r['kv_copy_max_mb']:.1f} MB",
+         "contiguous K/V of long-context decode rows, held only while they run (decode_kv_copy_tokens)"),
+        ("total held", f"{r['total_mb']:.1f} MB", "weights + adapters + pool + KV + live KV copies (none now)"),
         ("peak RSS (engine)", f"{r['peak_rss_mb']:.1f} MB", f"with PEFT loaded: {r['peak_rss_with_peft_mb']:.1f} MB"),
         ("threads / wall", f"{threads} / {r['wall_s']:.1f} s", "torch threads for engine, PEFT and ceilings"),
         ("CPU share", f"{cpu_share:.2f}", "CPU time / (wall x threads); well under 1: a busy machine, noisy figures"),

@@ -76,6 +76,14 @@ class EngineArgs(BaseModel):
     max_queued_requests: int = Field(64, description="Most requests waiting; beyond this a request is refused (503).")
     max_total_tokens: int = Field(65536, description="KV-cache budget in tokens over all requests and cached prefixes.")
     kv_block_size: int = Field(16, description="Tokens per KV-cache block (prefix reuse works in whole blocks).")
+    decode_kv_copy_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Token slots for contiguous copies of long-context decode rows' K/V (rows of 96+ tokens), "
+        "which attention reads in place instead of gathering the paged cache every step (at 1-4 k tokens "
+        "that gather was most of a decode step). Memory: up to this many extra tokens of KV, held only "
+        "while such rows run (reported as kv_copy_bytes). Default: max_total_tokens; 0 turns them off.",
+    )
     chunked_prefill_size: int = Field(512, description="Most prompt tokens prefilled in one engine step.")
     max_new_tokens_limit: int = Field(4096, description="Largest max_new_tokens a request may ask for.")
     # --- API behaviour ---

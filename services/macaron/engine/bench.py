@@ -28,9 +28,36 @@ def _prompts(tokenizer, batch: int, prompt_len: int) -> list[list[int]]:
     return [base[i : i + prompt_len] for i in range(batch)]
 
 
-def engine_decode_tps(eng: LLMEngine, prompts: list[list[int]], adapters: list[str | None], new_tokens: int) -> float:
+def long_prompts(vocab: int, batch: int, context: int, seed: int = 0) -> list[list[int]]:
+    """`batch` prompts of `context` tokens: one shared random prefix and a distinct 16-token tail
+    each, so that a long-context decode figure needs one prefill per adapter (the prefix cache
+    serves the rest), not one per row."""
+    g = torch.Generator().manual_seed(seed)
+    low = 16  # skip the first ids (special tokens live there)
+    prefix = torch.randint(low, vocab, (context - 16,), generator=g).tolist()
+    return [prefix + torch.randint(low, vocab, (16,), generator=g).tolist() for _ in range(batch)]
+
+
+def warm_prefix(eng: LLMEngine, prompt: list[int], adapters: set[str | None]) -> None:
+    """Prefills `prompt` once under each adapter (the prefix cache is per adapter)."""
+    for adapter in adapters:
+        params = SamplingParams(temperature=0, max_new_tokens=1, ignore_eos=True)
+        rid = f"warm-{adapter}-{time.monotonic_ns()}"
+        eng.add_request(GenerateRequest(rid=rid, prompt=prompt, sampling=params, lora_path=adapter))
+        while eng.has_unfinished():
+            eng.step()
+
+
+def engine_decode_tps(
+    eng: LLMEngine, prompts: list[list[int]], adapters: list[str | None], new_tokens: int, temperature: float = 0.0
+) -> float:
+    """Decode tokens/s of these rows; greedy, or seeded top-p/top-k sampling at `temperature`."""
     for i, (p, a) in enumerate(zip(prompts, adapters)):
         params = SamplingParams(temperature=0, max_new_tokens=new_tokens, ignore_eos=True)
+        if temperature > 0:
+            params = SamplingParams(
+                temperature=temperature, top_p=0.95, top_k=50, sampling_seed=i, max_new_tokens=new_tokens, ignore_eos=True
+            )
         eng.add_request(GenerateRequest(rid=f"b{time.monotonic_ns()}-{i}", prompt=p, sampling=params, lora_path=a))
     decode_time, decode_tokens = 0.0, 0
     while eng.has_unfinished():

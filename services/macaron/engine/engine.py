@@ -61,7 +61,8 @@ class LLMEngine:
         self.dtype = _resolve_dtype(args.dtype, model_dir, self.device)
         num_blocks = max(1, args.max_total_tokens // args.kv_block_size)
         self.runner = ModelRunner(
-            model_dir, dtype=self.dtype, device=self.device, num_blocks=num_blocks, block_size=args.kv_block_size
+            model_dir, dtype=self.dtype, device=self.device, num_blocks=num_blocks, block_size=args.kv_block_size,
+            contiguous_kv_tokens=args.decode_kv_copy_tokens,
         )
         shape = self.runner.shape
         self.vocab_size = shape.vocab_size
@@ -83,6 +84,7 @@ class LLMEngine:
             self.lora.pool,
             max_running_requests=args.max_running_requests,
             chunked_prefill_size=args.chunked_prefill_size,
+            on_release=self.runner.release,
         )
         self.sampler = Sampler(self.vocab_size, self.eos_token_ids)
         self.inputs = InputProcessor(
@@ -215,6 +217,8 @@ class LLMEngine:
             base_weight_bytes=self.runner.weight_bytes,
             adapter_bytes=adapters,
             kv_cache_bytes=self.runner.kv_cache_bytes,
+            kv_copy_bytes=self.runner.contiguous_kv_bytes,
+            kv_copy_max_bytes=self.runner.contiguous.max_bytes,
             adapter_host_bytes=sum(adapters.values()),
             adapter_pool_bytes=self.lora.pool.nbytes,
             adapter_pool_bytes_on_accelerator=self.lora.device_pool_bytes(),

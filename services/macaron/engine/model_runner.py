@@ -2,6 +2,8 @@
 
 The KV cache is preallocated per layer as [num_blocks * block_size, kv_heads, head_dim]
 (memory bounded by max_total_tokens); a token's slot is block_table[pos // bs] * bs + pos % bs.
+Decode rows with a long context also keep a contiguous copy of their K/V (ContiguousKVStore,
+bounded by its own token budget), so that attention does not gather the blocks every step.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from macaron.engine.contiguous_kv import ContiguousKV, ContiguousKVStore
 from macaron.engine.lora_manager import LoRAPool
 from macaron.engine.models.layers import BatchContext
 from macaron.engine.models.llama import CausalLM, ModelShape, load_model
@@ -45,6 +48,7 @@ class ModelRunner:
         device: torch.device,
         num_blocks: int,
         block_size: int,
+        contiguous_kv_tokens: int | None = None,
     ) -> None:
         self.device = device
         self.dtype = dtype
@@ -62,6 +66,14 @@ class ModelRunner:
             for _ in range(s.num_layers)
         ]
         self._arange_bs = torch.arange(block_size, device=device)
+        self.contiguous = ContiguousKVStore(
+            num_layers=s.num_layers,
+            num_kv_heads=s.num_kv_heads,
+            head_dim=s.head_dim,
+            dtype=dtype,
+            device=device,
+            budget_tokens=n_slots if contiguous_kv_tokens is None else contiguous_kv_tokens,
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -70,6 +82,15 @@ class ModelRunner:
     @property
     def kv_cache_bytes(self) -> int:
         return sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
+
+    @property
+    def contiguous_kv_bytes(self) -> int:
+        """Bytes held now by the long-context rows' contiguous K/V copies."""
+        return self.contiguous.nbytes
+
+    def release(self, seq: Sequence) -> None:
+        """Drops what the runner keeps for a request that left the running batch."""
+        self.contiguous.release(seq.seq_id)
 
     def _slots(self, seq: Sequence, start: int, end: int) -> list[int]:
         bs, table = self.block_size, seq.block_table
@@ -99,10 +120,28 @@ class ModelRunner:
             positions.append(pos)
             slots.append(seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size)
             row_slots.append(seq.lora_slot)
-        decode_index = decode_mask = None
-        if step.decode:
-            decode_index, mask = self._context_slots([s.block_table for s in step.decode], [len(s) for s in step.decode])
+        decode_index = decode_mask = decode_gathered = None
+        contiguous: list[tuple[int, ContiguousKV, int]] = []
+        gathered: list[Sequence] = []
+        gathered_rows: list[int] = []
+        for i, seq in enumerate(step.decode):
+            pos = len(seq) - 1
+            copy = self.contiguous.acquire(
+                seq.seq_id,
+                pos,
+                self.kv_caches,
+                lambda n, seq=seq: torch.tensor(self._slots(seq, 0, n), dtype=torch.long, device=self.device),
+            )
+            if copy is None:
+                gathered.append(seq)
+                gathered_rows.append(i)
+            else:
+                contiguous.append((i, copy, pos))
+        if gathered:
+            decode_index, mask = self._context_slots([s.block_table for s in gathered], [len(s) for s in gathered])
             decode_mask = mask[:, None, None, :]
+            if len(gathered) < len(step.decode):
+                decode_gathered = torch.tensor(gathered_rows, dtype=torch.long, device=self.device)
         logits_index = list(range(len(step.decode)))
         prefills = []
         for seq, n in step.prefill:
@@ -128,6 +167,8 @@ class ModelRunner:
             num_decode=len(step.decode),
             decode_kv_index=decode_index,
             decode_mask=decode_mask,
+            decode_gathered=decode_gathered,
+            decode_contiguous=contiguous,
             prefills=prefills,
             logits_index=torch.tensor(logits_index, dtype=torch.long, device=self.device),
         )
@@ -140,7 +181,10 @@ class ModelRunner:
     def run(self, step: StepInput, pool: LoRAPool | None) -> torch.Tensor:
         input_ids, ctx = self.prepare(step, pool)
         use_pool = pool if ctx.lora_segments else None
-        return self.model(input_ids, ctx, self.kv_caches, use_pool)
+        logits = self.model(input_ids, ctx, self.kv_caches, use_pool)
+        for _, copy, pos in ctx.decode_contiguous:
+            copy.length = pos + 1
+        return logits
 
 
 def lora_segments(row_slots: list[int]) -> list[tuple[int, int, int]]:

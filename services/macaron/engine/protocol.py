@@ -107,12 +107,21 @@ class MemoryUsage:
     """What the slot pool holds on an accelerator with these settings: max_loras_per_batch slots x the
     largest loaded rank x every targeted module (SGLang's LoRA memory pool); the figure to plan a GPU with."""
     adapter_slots: int = 0
+    kv_copy_bytes: int = 0
+    """Contiguous per-request K/V copies of long-context decode rows, held now (they spare attention
+    a gather of the paged cache every step); live, dropped when the requests leave."""
+    kv_copy_max_bytes: int = 0
+    """The most those copies may hold (decode_kv_copy_tokens)."""
     device: str = "cpu"
 
     @property
     def total_bytes(self) -> int:
-        """Everything resident on this process's devices: weights, adapters (host + pool), KV cache."""
-        return self.base_weight_bytes + self.adapter_host_bytes + self.adapter_pool_bytes + self.kv_cache_bytes
+        """Everything resident on this process's devices: weights, adapters (host + pool), KV cache
+        and its live contiguous copies."""
+        return (
+            self.base_weight_bytes + self.adapter_host_bytes + self.adapter_pool_bytes + self.kv_cache_bytes
+            + self.kv_copy_bytes
+        )
 
 
 @dataclass

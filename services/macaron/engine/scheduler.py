@@ -12,6 +12,7 @@ the newest request is preempted (its blocks freed, hashes kept) and recomputed l
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from macaron.engine.block_manager import BlockManager
 from macaron.engine.lora_manager import LoRAPool
@@ -27,6 +28,7 @@ class Scheduler:
         *,
         max_running_requests: int,
         chunked_prefill_size: int,
+        on_release: Callable[[Sequence], None] | None = None,
     ) -> None:
         self.block_manager = block_manager
         self.pool = pool
@@ -35,6 +37,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.on_release = on_release
+        """Called when a request leaves the running batch (the runner drops its per-request state)."""
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -95,6 +99,8 @@ class Scheduler:
         self.running.append(seq)
 
     def _release(self, seq: Sequence) -> None:
+        if self.on_release is not None:
+            self.on_release(seq)
         self.block_manager.deallocate(seq)
         if seq.lora_slot >= 0:
             self.pool.release(seq.lora_slot)

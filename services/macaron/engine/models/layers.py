@@ -2,17 +2,21 @@
 per-row LoRA delta, RoPE, and attention over the paged KV cache.
 
 A step's tokens are flat ([T, ...]): decode rows first (one token each), then prefill chunks.
-Decode rows attend together in one SDPA call over their gathered cache slots (padded, masked);
-each prefill chunk attends on its own (plain causal when it is the whole context).
+Decode rows with a short context attend together in one SDPA call over their gathered cache
+slots (padded, masked); rows with a long context read their own contiguous copy of the cache in
+place (`macaron.engine.contiguous_kv`); each prefill chunk attends on its own (plain causal when
+it is the whole context).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+from macaron.engine.contiguous_kv import ContiguousKV, attend_contiguous
 
 if TYPE_CHECKING:
     from macaron.engine.lora_manager import LoRAPool
@@ -29,14 +33,18 @@ class BatchContext:
     num_decode: int
     """The first `num_decode` tokens are one decode row each."""
     decode_kv_index: torch.Tensor | None
-    """[num_decode, L] cache slots each decode row attends to (padded)."""
+    """[G, L] cache slots each gathered decode row attends to (padded); None: no gathered rows."""
     decode_mask: torch.Tensor | None
-    """[num_decode, 1, 1, L] True where a decode row may attend."""
+    """[G, 1, 1, L] True where a gathered decode row may attend."""
     prefills: list[tuple[int, int, torch.Tensor | None, torch.Tensor | None]]
     """Per prefill chunk: (token start, length, cache slots of its whole context or None when
     the chunk is the whole context, attention mask or None for plain causal)."""
     logits_index: torch.Tensor
     """[B] token index whose hidden state gives each sampled row's logits."""
+    decode_gathered: torch.Tensor | None = None
+    """Which decode rows the gathered tensors above are (indices); None: all of them."""
+    decode_contiguous: list[tuple[int, ContiguousKV, int]] = field(default_factory=list)
+    """(decode row, its contiguous K/V copy, the position it writes) of each long-context row."""
     lora_segments: list[tuple[int, int, int]] | None = None
     """(adapter slot, first token, end token) of each run of tokens that share an adapter; base
     tokens are in no segment. None: no adapter rows this step."""
@@ -85,17 +93,28 @@ def attention(
     v_cache: torch.Tensor,
     ctx: BatchContext,
     scale: float,
+    layer: int = 0,
 ) -> torch.Tensor:
-    """Attention for decode rows (batched over the cache) and prefill chunks; returns [T, H, D]."""
+    """Attention for decode rows (gathered and batched, or in place over each row's contiguous
+    copy) and prefill chunks; returns [T, H, D]. `layer` picks the layer in the copies."""
     out = torch.empty_like(q)
     nd = ctx.num_decode
-    if nd:
+    if nd and ctx.decode_kv_index is not None:
         idx = ctx.decode_kv_index
-        kd = gather(k_cache, idx).transpose(1, 2)  # [B, Hkv, L, D]
+        rows = ctx.decode_gathered
+        kd = gather(k_cache, idx).transpose(1, 2)  # [G, Hkv, L, D]
         vd = gather(v_cache, idx).transpose(1, 2)
-        qd = q[:nd].unsqueeze(2)  # [B, H, 1, D]
+        qd = (q[:nd] if rows is None else q.index_select(0, rows)).unsqueeze(2)  # [G, H, 1, D]
         od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=ctx.decode_mask, scale=scale, enable_gqa=True)
-        out[:nd] = od.squeeze(2)
+        if rows is None:
+            out[:nd] = od.squeeze(2)
+        else:
+            out.index_copy_(0, rows, od.squeeze(2))
+    for row, copy, pos in ctx.decode_contiguous:
+        kv = copy.data[layer]
+        kv[0, :, pos].copy_(k[row])
+        kv[1, :, pos].copy_(v[row])
+        out[row] = attend_contiguous(q[row], kv[0, :, : pos + 1], kv[1, :, : pos + 1], scale)
     for start, length, kv_index, mask in ctx.prefills:
         qp = q[start : start + length].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
         if kv_index is None:

@@ -2,7 +2,8 @@
 
 transformers' modules know nothing of a per-row adapter or of our paged KV cache, so the
 engine has its own small implementation: RMSNorm, RoPE, GQA attention over the cache (one
-SDPA call for all decode rows, one per prefill chunk), SwiGLU MLP. q/k/v and gate/up are fused
+SDPA call for the short-context decode rows, a grouped matmul over its own contiguous K/V copy
+for each long-context row, one SDPA call per prefill chunk), SwiGLU MLP. q/k/v and gate/up are fused
 into one matmul each; LoRA deltas are added per logical projection from the slot pool.
 """
 
@@ -180,7 +181,7 @@ class DecoderLayer(nn.Module):
         v = v.view(T, s.num_kv_heads, s.head_dim)
         k_cache.index_copy_(0, ctx.slot_mapping, k)
         v_cache.index_copy_(0, ctx.slot_mapping, v)
-        attn = attention(q, k, v, k_cache, v_cache, ctx, self.scale).reshape(T, self.q_size)
+        attn = attention(q, k, v, k_cache, v_cache, ctx, self.scale, self.index).reshape(T, self.q_size)
         out = linear(attn, self.o, self.o_bias)
         if pool is not None:
             lora_delta(pool, "o_proj", self.index, attn, out, ctx)
