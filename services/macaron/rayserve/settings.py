@@ -23,6 +23,7 @@ class Autoscaling(BaseModel):
     target_ongoing_requests: float = Field(
         4.0, gt=0, description="Ongoing requests per replica the autoscaler aims for (a stream counts until it ends)."
     )
+    look_back_period_s: float = Field(30.0, gt=0, description="Window the ongoing-request average is taken over.")
     upscale_delay_s: float = Field(10.0, ge=0, description="Seconds the load must stay high before replicas are added.")
     downscale_delay_s: float = Field(120.0, ge=0, description="Seconds the load must stay low before replicas are removed.")
 
