@@ -36,12 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def start(settings: Any) -> str:
-    """Starts Ray (local or joined) and the application; returns the gateway's base URL."""
+def connect(settings: Any) -> None:
+    """Starts a local Ray cluster, or joins `ray.address`."""
     import ray
-    from ray import serve
-
-    from macaron.rayserve.app import build_app
 
     rs = settings.ray
     os.environ.setdefault(RAY_AUTH_ENV, "disabled")  # a local dev cluster: no token file written under $HOME
@@ -50,6 +47,16 @@ def start(settings: Any) -> str:
             ray.init(address=rs.address, include_dashboard=False)
         else:
             ray.init(num_cpus=rs.num_cpus, include_dashboard=False)
+
+
+def start(settings: Any) -> str:
+    """Starts Ray (local or joined) and the application; returns the gateway's base URL."""
+    from ray import serve
+
+    from macaron.rayserve.app import build_app
+
+    rs = settings.ray
+    connect(settings)
     serve.start(http_options={"host": rs.http_host, "port": rs.http_port})
     serve.run(build_app(settings), name=rs.app_name, route_prefix=rs.route_prefix, blocking=False)
     host = f"[{rs.http_host}]" if ":" in rs.http_host else rs.http_host
@@ -83,10 +90,12 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, InsecureBindError) as exc:
         print(f"macaron ray: {exc}", file=sys.stderr)
         return 2
+    print("Starting Ray and deploying the application (a minute on a small machine) ...", file=sys.stderr, flush=True)
+    connect(settings)
+    # After ray.init, which installs a SIGTERM handler that aborts the process: ours stops cleanly.
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    print("Starting Ray and deploying the application (a minute on a small machine) ...", file=sys.stderr, flush=True)
     url = start(settings)
     print(f"\nMacaron Serve on Ray Serve is ready: {url}/v1 (application {settings.ray.app_name!r}).\n"
           f"Try it:\n  {curl_example(url, dev_mode)}\nPress Ctrl-C to stop.\n", flush=True)
