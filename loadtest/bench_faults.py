@@ -18,7 +18,10 @@ the load generator (`macaron.loadgen`) through four phases:
 
 Every phase counts requests sent, completed, failed with a clear error, and lost (no answer by
 the deadline). Peak RSS is the largest sum of the stack's processes' resident memory sampled
-during the run. Human-readable lines go to stderr; the last line on stdout is one JSON object.
+during the run. Overload runs twice, at 60/s and at 120/s, and reports for each how far the stack's
+RSS rose above its level just before (`overload_rss_growth_mb`, `overload_2x_rss_growth_mb`):
+bounded memory means doubling the excess does not grow it; `overload_429_p99_ms` is how fast the
+excess is refused. Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the fault suite's stack helpers
 
-from faults.stack import FaultStack, kill, stack_pids, start_fault_stack, stop_fault_stack  # noqa: E402
+from faults.stack import FaultStack, kill, rss_mb, stack_pids, start_fault_stack, stop_fault_stack  # noqa: E402
 from macaron.loadgen import LoadConfig, LoadReport, run_load  # noqa: E402
 from macaron.loadgen.report import percentile  # noqa: E402
 from macaron.loadgen.workload import Workload, load_dev_prompts  # noqa: E402
@@ -49,30 +52,27 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def rss_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
-
-
 class MemorySampler(threading.Thread):
-    """Samples the stack's summed RSS every 0.25 s; keeps the peak."""
+    """Samples the stack's summed RSS every 0.25 s; keeps the peak of the run and of the current window."""
 
     def __init__(self, stack: FaultStack) -> None:
         super().__init__(daemon=True)
         self.stack = stack
         self.peak_mb = 0.0
+        self.window_peak_mb = 0.0
         self._halt = threading.Event()
+
+    def begin_window(self) -> float:
+        """Starts a new window; returns the RSS now (the window's baseline)."""
+        now = rss_mb(stack_pids(self.stack))
+        self.window_peak_mb = now
+        return now
 
     def run(self) -> None:
         while not self._halt.is_set():
-            self.peak_mb = max(self.peak_mb, rss_mb(stack_pids(self.stack)))
+            now = rss_mb(stack_pids(self.stack))
+            self.peak_mb = max(self.peak_mb, now)
+            self.window_peak_mb = max(self.window_peak_mb, now)
             self._halt.wait(0.25)
 
     def stop(self) -> None:
@@ -154,13 +154,22 @@ def main() -> int:
         reports["steady"] = load(stack, prompts, concurrency=3, duration_s=4.0 * scale)
         line("steady", reports["steady"])
 
-        reports["overload"] = load(stack, prompts, rate=60.0, duration_s=3.0 * scale, max_tokens=48, turns=1)
-        line("overload", reports["overload"])
+        # Overload at 60/s, then at twice that: if memory is bounded, the second adds no more than the first.
+        for name, rate in (("overload", 60.0), ("overload_2x", 120.0)):
+            baseline = sampler.begin_window()
+            reports[name] = load(stack, prompts, rate=rate, duration_s=3.0 * scale, max_tokens=48, turns=1,
+                                 max_requests=int(rate * 3.0 * scale) + 10)
+            result[f"{name}_rss_growth_mb"] = round(sampler.window_peak_mb - baseline, 1)
+            line(name, reports[name])
+            say(f"{name:<10} stack RSS {baseline:.0f} MB before, peak {sampler.window_peak_mb:.0f} MB during")
         over = reports["overload"]
         accepted = [r.e2e_s for r in over.results if r.ok and r.e2e_s is not None]
         result["overload_429_share"] = round(sum(r.outcome == "http_429" for r in over.results) / max(over.sent, 1), 3)
         p99 = percentile(accepted, 99)
         result["overload_p99_ms_accepted"] = round(p99 * 1000, 1) if p99 is not None else None
+        refused = [r.e2e_s for r in over.results if r.outcome == "http_429" and r.e2e_s is not None]
+        p99 = percentile(refused, 99)
+        result["overload_429_p99_ms"] = round(p99 * 1000, 1) if p99 is not None else None  # "quickly"
 
         engine0 = stack.engine_urls[0]
 

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "macaron.auth.cli",
     "macaron.gateway.cli",
     "macaron.serve_cli",
+    "macaron.rayserve.cli",
     "macaron.adapters_cli",
     "macaron.loadgen.cli",
     "macaron.planner.cli",

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from macaron.assets.settings import AssetSettings
 from macaron.auth.settings import AuthSettings
 from macaron.engine.args import EngineArgs
+from macaron.rayserve.settings import RaySettings
 from macaron.router.classifier.settings import ClassifierSettings
 from macaron.router.settings import RouterSettings
 from macaron.gateway.settings import GatewaySettings
@@ -52,6 +53,9 @@ class MacaronSettings(BaseSettings):
     )
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OpenAI-compatible REST gateway.")
     serve: ServeSettings = Field(default_factory=ServeSettings, description="`macaron serve`: the whole stack in one process.")
+    ray: RaySettings = Field(
+        default_factory=RaySettings, description="`macaron ray`: the stack as Ray Serve deployments, with replicas and autoscaling."
+    )
     telemetry: TelemetrySettings = Field(
         default_factory=TelemetrySettings, description="OpenTelemetry traces across every hop: exporter none, console or otlp."
     )

@@ -3,7 +3,7 @@
 A `ReplicaSource` answers "which base-group URLs exist right now?". Two sources live here:
 a static list, and DNS (every address of a Kubernetes headless Service, via getaddrinfo,
 cached for `refresh_s`). The router adds a Kubernetes EndpointSlice watcher behind the same
-Protocol. URLs are normalized (`normalize_url`) so that a caller's replica hint can be compared
+Protocol, and the Ray Serve shape its engine directory (`macaron.rayserve.directory`). URLs are normalized (`normalize_url`) so that a caller's replica hint can be compared
 with the discovered set exactly: a request may only pick among discovered replicas.
 """
 
@@ -33,8 +33,9 @@ class DiscoverySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["static", "dns"] = Field(
-        "static", description="static: the `urls` list; dns: every address of `dns_name` (a headless Service)."
+    mode: Literal["static", "dns", "ray"] = Field(
+        "static", description="static: the `urls` list; dns: every address of `dns_name` (a headless Service); "
+        "ray: the engine directory of the Serve application `ray_app` (set by `macaron ray`).",
     )
     urls: list[str] = Field(
         default_factory=list,
@@ -44,6 +45,7 @@ class DiscoverySettings(BaseModel):
     dns_port: int = Field(ENGINE_PORT, description="Port of every replica found through DNS.")
     dns_scheme: Literal["http", "https"] = Field("http", description="URL scheme of replicas found through DNS.")
     refresh_s: float = Field(10.0, description="Seconds a DNS answer is reused before resolving again.")
+    ray_app: str = Field("macaron", description="Serve application whose engine directory mode ray reads.")
 
 
 class ReplicaSource(Protocol):
@@ -126,4 +128,8 @@ def build_source(settings: DiscoverySettings, default_url: str) -> ReplicaSource
         if not settings.dns_name:
             raise DiscoveryError("discovery mode dns needs dns_name (the headless Service's name)")
         return DnsSource(settings.dns_name, settings.dns_port, settings.dns_scheme, settings.refresh_s)
+    if settings.mode == "ray":
+        from macaron.rayserve.directory import ServeDirectorySource
+
+        return ServeDirectorySource(settings.ray_app, min(settings.refresh_s, 1.0))
     return StaticSource(settings.urls or [default_url])

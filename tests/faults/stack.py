@@ -225,6 +225,19 @@ def stop_fault_stack(stack: FaultStack) -> None:
     stack.redis.kill()
 
 
+def rss_mb(pids: list[int]) -> float:
+    """Summed resident memory of these processes, in MiB (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
 def stack_pids(stack: FaultStack) -> list[int]:
     """Process ids of every live part (for memory sampling)."""
     procs = [stack.gateway, *stack.routers, *stack.specialists, *stack.engines]

@@ -16,13 +16,15 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2
 
-from faults.stack import FaultStack, kill
+from faults.stack import FaultStack, kill, rss_mb, stack_pids
 from macaron.loadgen import LoadConfig, LoadReport, run_load
 from macaron.loadgen.workload import Workload, load_dev_prompts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 DEADLINE_S = 30.0
+MAX_OVERLOAD_RSS_GROWTH_MB = 300.0
+"""Generous: the excess is refused before any work, so a few seconds of overload may add buffers, not a queue."""
 STORE_HEALTH = "macaron.v1.Router/store"
 
 
@@ -102,7 +104,11 @@ def test_load_over_grpc_through_the_sdk(fault_stack: FaultStack) -> None:
 
 
 def test_overload_gets_429_with_retry_after_and_accepted_requests_complete(fault_stack: FaultStack) -> None:
+    before = rss_mb(stack_pids(fault_stack))
     report = load(fault_stack, rate=60.0, duration_s=2.5, max_tokens=48, turns=1, max_requests=150)
+    after = rss_mb(stack_pids(fault_stack))
+    print(f"stack RSS {before:.0f} MB before the overload, {after:.0f} MB after")
+    assert after - before < MAX_OVERLOAD_RSS_GROWTH_MB, "memory grew under overload: is a queue unbounded?"
     rejected = [r for r in report.results if r.outcome == "http_429"]
     assert rejected, f"no back-pressure at 60 req/s: {counts(report)}"
     assert all(r.retry_after_s and r.retry_after_s >= 1 for r in rejected)

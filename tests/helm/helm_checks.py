@@ -218,6 +218,13 @@ def validation_errors(obj: dict[str, Any], version: str) -> list[str]:
             template = obj["spec"]["leaderWorkerTemplate"].get(role)
             if template is not None:
                 errors += [f"{where} {role} @ {list(e.absolute_path)}: {e.message}" for e in pod_validator.iter_errors(template)]
+    if obj["kind"] == "RayService":
+        pod_validator = _pod_template_validator(version)
+        cluster = obj["spec"]["rayClusterConfig"]
+        groups = [("head", cluster["headGroupSpec"])] + [(g["groupName"], g) for g in cluster.get("workerGroupSpecs", [])]
+        for group, spec in groups:
+            errors += [f"{where} {group} @ {list(e.absolute_path)}: {e.message}"
+                       for e in pod_validator.iter_errors(spec["template"])]
     return errors
 
 

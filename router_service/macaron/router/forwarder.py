@@ -6,7 +6,8 @@ target (a headless Service) is one channel whose `round_robin` policy spreads ca
 address the name resolves to. A call that fails with UNAVAILABLE or RESOURCE_EXHAUSTED before
 its first chunk is retried on another target (on a dns target, the balancer moves on by
 itself), up to `max_attempts` and within the caller's deadline; once a chunk went out, an error
-is the caller's. The internal token goes with every call, over TLS when configured. Deadlines propagate (the remaining time becomes the call's timeout), so does
+is the caller's. A `serve:NAME` target is a Ray Serve deployment reached through the channel
+factory the caller gives (Serve balances its replicas, so it may repeat like a dns target). The internal token goes with every call, over TLS when configured. Deadlines propagate (the remaining time becomes the call's timeout), so does
 cancellation (closing the stream cancels the call), and so do trace context and request id.
 """
 
@@ -27,18 +28,27 @@ CHANNEL_OPTIONS: list[tuple[str, object]] = [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),  # retries are ours: only before the first chunk
 ]
+SERVE_PREFIX = "serve:"
+BALANCED_PREFIXES = ("dns:", SERVE_PREFIX)
+"""Targets that spread calls over several replicas themselves, so a retry may reuse them."""
+ChannelFactory = Callable[[str], Any]
+"""Makes the channel of a `serve:` target (an object with grpc.aio.Channel's unary_stream and close)."""
 
 
 class Pool:
     """One specialist pool's targets and channels."""
 
     def __init__(self, name: str, targets: Sequence[str], credentials: grpc.ChannelCredentials | None = None,
-                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+                 channel_options: Sequence[tuple[str, Any]] = (), channel_factory: ChannelFactory | None = None) -> None:
         if not targets:
             raise ValueError(f"specialist pool {name} has no target")
         self.name = name
         self.targets = list(targets)
-        self.channels = [self._channel(t, credentials, list(channel_options)) for t in self.targets]
+        self.channels = [
+            channel_factory(t) if channel_factory is not None and t.startswith(SERVE_PREFIX)
+            else self._channel(t, credentials, list(channel_options))
+            for t in self.targets
+        ]
         self.stubs = [specialist_pb2_grpc.SpecialistStub(ch) for ch in self.channels]
         self.in_flight = [0] * len(self.targets)
         self._turn = itertools.count()
@@ -54,7 +64,7 @@ class Pool:
         """The target for the next attempt: untried, fewest in flight, ties in turn; a dns target may repeat."""
         left = [i for i in range(len(self.targets)) if i not in tried]
         if not left:
-            left = [i for i in tried if self.targets[i].startswith("dns:")]
+            left = [i for i in tried if self.targets[i].startswith(BALANCED_PREFIXES)]
             if not left:
                 return None
         least = min(self.in_flight[i] for i in left)
@@ -72,8 +82,10 @@ class Forwarder:
     def __init__(self, pools: Mapping[str, Sequence[str]], *, max_attempts: int = 3,
                  on_retry: Callable[[str, grpc.StatusCode], None] | None = None,
                  credentials: grpc.ChannelCredentials | None = None,
-                 channel_options: Sequence[tuple[str, Any]] = (), internal_token: str | None = None) -> None:
-        self.pools = {name: Pool(name, targets, credentials, channel_options) for name, targets in pools.items()}
+                 channel_options: Sequence[tuple[str, Any]] = (), internal_token: str | None = None,
+                 channel_factory: ChannelFactory | None = None) -> None:
+        self.pools = {name: Pool(name, targets, credentials, channel_options, channel_factory)
+                      for name, targets in pools.items()}
         self._auth: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {internal_token}"),) if internal_token else ()
         self.max_attempts = max(1, max_attempts)
         self.on_retry = on_retry

@@ -26,9 +26,10 @@ from macaron.auth import Guard, require_internal_token, resolve_dev_mode
 from macaron.auth.tls import add_port, channel_credentials, channel_options
 from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
+from macaron.grpc_malformed import MalformedRequestInterceptor
 from macaron.lifecycle.admin import add_admin_service
 from macaron.ports import SPECIALISTS, metrics_port
-from macaron.router.forwarder import Forwarder
+from macaron.router.forwarder import ChannelFactory, Forwarder
 from macaron.router.judge import Judge
 from macaron.router.metrics import RouterMetrics
 from macaron.router.routing import AdapterRef, ClassifierLike, RoutingCore
@@ -96,6 +97,7 @@ class RouterServer:
         host: str | None = None,
         port: int | None = None,
         serve_metrics: bool | None = None,
+        channel_factory: ChannelFactory | None = None,
     ) -> None:
         rs = settings.router
         self.settings = settings
@@ -137,8 +139,9 @@ class RouterServer:
         self.forwarder = Forwarder(pool_targets(settings), max_attempts=rs.max_attempts,
                                    on_retry=lambda name, code: self.metrics.retries.labels(name).inc(),
                                    credentials=channel_credentials(rs.specialist_tls),
-                                   channel_options=channel_options(rs.specialist_tls), internal_token=internal_token)
-        self.server = grpc.aio.server()
+                                   channel_options=channel_options(rs.specialist_tls), internal_token=internal_token,
+                                   channel_factory=channel_factory)
+        self.server = grpc.aio.server(interceptors=[MalformedRequestInterceptor()])
         router_pb2_grpc.add_RouterServicer_to_server(
             RouterServicer(self.core, self.forwarder, self.guard, default_timeout_s=rs.default_timeout_s,
                            max_messages=settings.specialists.max_messages, max_tools=settings.specialists.max_tools),

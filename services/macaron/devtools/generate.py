@@ -34,6 +34,9 @@ def generators() -> dict[str, Generator]:
     from macaron.devtools.k8s_manifests import render_k8s_manifests
 
     found["k8s-manifests"] = render_k8s_manifests
+    from macaron.devtools.rayservice import render_rayservice
+
+    found["rayservice"] = render_rayservice
     return found
 
 

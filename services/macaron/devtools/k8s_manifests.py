@@ -51,7 +51,9 @@ kubectl apply -f k8s/
 kubectl -n {namespace} port-forward svc/{release}-gateway 8080:8080
 ```
 
-For a GPU cluster use the chart itself (see the README's "Deploy on Kubernetes").
+For a GPU cluster use the chart itself (see the README's "Deploy on Kubernetes"). `ray/rayservice.yaml`
+runs the same stack as a Ray Serve application on KubeRay instead (see the README's "Run on Ray Serve");
+`kubectl apply -f k8s/` does not apply it (it is in a subfolder).
 """
 
 

@@ -241,11 +241,15 @@ class MacaronClient(_BaseClient):
 
 
 class AsyncMacaronClient(_BaseClient):
-    """asyncio client of the Macaron router (gRPC); the channel opens on first use, in the running loop."""
+    """asyncio client of the Macaron router (gRPC); the channel opens on first use, in the running loop.
 
-    def __init__(self, target: str | None = None, **kwargs: Any) -> None:
+    `channel` gives a ready channel instead (the Ray Serve gateway passes one that travels over a
+    Serve handle); the client then never opens one of its own.
+    """
+
+    def __init__(self, target: str | None = None, *, channel: grpc.aio.Channel | None = None, **kwargs: Any) -> None:
         super().__init__(target, **kwargs)
-        self._holder: dict[str, grpc.aio.Channel] = {}
+        self._holder: dict[str, grpc.aio.Channel] = {} if channel is None else {"channel": channel}
         self._owns_channel = True
 
     @cached_property

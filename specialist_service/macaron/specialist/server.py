@@ -23,6 +23,7 @@ from macaron.auth import InternalTokenInterceptor, ServerTlsSettings, require_in
 from macaron.auth.tls import add_port
 from macaron.config import MacaronSettings
 from macaron.discovery import build_source
+from macaron.grpc_malformed import MalformedRequestInterceptor
 from macaron.ports import metrics_port
 from macaron.specialist.generation import EnginePool, Pipeline
 from macaron.specialist.metrics import SpecialistMetrics
@@ -90,7 +91,8 @@ class SpecialistServer:
         self.serve_metrics = serve_metrics and self.metrics_port != 0
         self.metrics = SpecialistMetrics(pipeline.profile.name)
         self._metrics_server: Any = None
-        self.server = grpc.aio.server(interceptors=[InternalTokenInterceptor(token)] if token else None)
+        interceptors = [InternalTokenInterceptor(token)] if token else []
+        self.server = grpc.aio.server(interceptors=[*interceptors, MalformedRequestInterceptor()])
         self.health = health_aio.HealthServicer()
         specialist_pb2_grpc.add_SpecialistServicer_to_server(SpecialistServicer(pipeline, self.metrics), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
