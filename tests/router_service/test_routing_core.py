@@ -63,10 +63,12 @@ class Escalating(Fixed):
         return self.result
 
 
-def core(classifier, store=None, **settings) -> RoutingCore:
+def core(classifier, store=None, *, cache=None, **settings) -> RoutingCore:
+    """A core on `store` (placement state on `cache` when given, else on the same store)."""
     profiles = {n: SimpleNamespace(system_prompt=f"You are {n}. " * 40, tool_call_prefix="") for n in NAMES}
     return RoutingCore(
-        RouterSettings(**settings), store=GatedStore(store or MemoryStore()), profiles=profiles,
+        RouterSettings(**settings), store=GatedStore(store or MemoryStore()),
+        cache_store=GatedStore(cache) if cache is not None else None, profiles=profiles,
         adapters={n: AdapterRef(n) for n in NAMES}, tokenizer=TemplateTokenizer(),
         discovery=StaticSource(REPLICAS), classifier=classifier, judge=None, router_id="t",
     )

@@ -364,6 +364,21 @@ preStop:
       name: {{ default (printf "%s-redis-url" (include "macaron.fullname" .)) .Values.redis.external.existingSecret }}
       key: {{ .Values.redis.external.secretKey }}
 {{- end }}
+{{- /* Placement state (KV-cache index, affinity, load) on its own LRU server: never evicts sessions or limits. */}}
+- name: MACARON_CACHE_REDIS_URL
+{{- if .Values.redis.enabled }}
+{{- if .Values.redis.auth.existingSecret }}
+  value: "redis://:$(REDIS_PASSWORD)@{{ include "macaron.redisName" . }}.{{ include "macaron.svcDomain" . }}:6380/0"
+{{- else }}
+  value: "redis://{{ include "macaron.redisName" . }}.{{ include "macaron.svcDomain" . }}:6380/0"
+{{- end }}
+{{- else }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (printf "%s-redis-url" (include "macaron.fullname" .)) .Values.redis.external.existingSecret }}
+      key: {{ .Values.redis.external.cacheSecretKey }}
+      optional: true
+{{- end }}
 {{- end -}}
 
 {{- define "macaron.configVolume" -}}

@@ -159,6 +159,7 @@ class RoutingCore:
         settings: RouterSettings,
         *,
         store: GatedStore,
+        cache_store: GatedStore | None = None,
         profiles: Mapping[str, PromptProfileLike],
         adapters: Mapping[str, AdapterRef],
         tokenizer: Any,
@@ -173,6 +174,8 @@ class RoutingCore:
     ) -> None:
         self.settings = settings
         self.store = store
+        self.cache_store = cache_store if cache_store is not None else store
+        """Placement state (index, affinity, load): evictable, apart from sessions and limits when configured so."""
         self.profiles = profiles
         self.adapters = adapters
         self.tokenizer = tokenizer
@@ -185,10 +188,10 @@ class RoutingCore:
         self.decision_policy = DecisionPolicy(settings.switch_threshold, settings.judge_threshold,
                                               settings.switch_min_words, settings.switch_margin)
         self.sessions = SessionStore(store, settings.session_ttl_s)
-        self.prefix_index = PrefixIndex(store, settings.prefix_ttl_s)
-        self.tracker = LoadTracker(store, router_id, heartbeat_s=settings.load_heartbeat_s,
+        self.prefix_index = PrefixIndex(self.cache_store, settings.prefix_ttl_s)
+        self.tracker = LoadTracker(self.cache_store, router_id, heartbeat_s=settings.load_heartbeat_s,
                                    stale_s=settings.load_stale_s)
-        self.snapshots = SnapshotReader(store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
+        self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
                                         index=self.prefix_index)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
@@ -424,13 +427,11 @@ class RoutingCore:
                 preq: PlacementRequest, snapshot: Snapshot | None, version: str = "") -> None:
         if preq.block_hashes and replica:
             self.prefix_index.remember(preq.block_hashes, replica)
-        if self.store.degraded:
-            return
-        if req.session_id:
+        if req.session_id and not self.store.degraded:
             turns = (session.turns if session else 0) + 1
             view = SessionView(decision.specialist, version, replica or "", turns)
             self._spawn(self.sessions.put(req.owner, req.session_id, view))
-        if preq.block_hashes and replica:
+        if preq.block_hashes and replica and not self.cache_store.degraded:
             seen = snapshot.blocks_seen if snapshot is not None else ()
             self._spawn(self.prefix_index.record(preq.block_hashes, replica, seen))
 
