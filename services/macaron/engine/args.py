@@ -76,6 +76,12 @@ class EngineArgs(BaseModel):
     max_queued_requests: int = Field(64, description="Most requests waiting; beyond this a request is refused (503).")
     max_total_tokens: int = Field(65536, description="KV-cache budget in tokens over all requests and cached prefixes.")
     kv_block_size: int = Field(16, description="Tokens per KV-cache block (prefix reuse works in whole blocks).")
+    kv_events_config: str | None = Field(
+        None,
+        description="Publish KV-cache events (blocks stored, removed, cache cleared) over ZeroMQ, as SGLang's "
+        "`--kv-events-config`: JSON such as '{\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\"}' "
+        "(SGLang's message format; routers index what each engine really caches). Empty: no events.",
+    )
     chunked_prefill_size: int = Field(512, description="Most prompt tokens prefilled in one engine step.")
     max_new_tokens_limit: int = Field(4096, description="Largest max_new_tokens a request may ask for.")
     # --- API behaviour ---
