@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from macaron.discovery import DiscoveryError, ReplicaSource, normalize_url
 from macaron.lifecycle.assign import VersionChoice
@@ -182,6 +182,7 @@ class RoutingCore:
         policy: str | None = None,
         versions: VersionRuntime | None = None,
         engine_api_key: str | None = None,
+        server_info: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -214,7 +215,7 @@ class RoutingCore:
         self.kv_writer = KVIndexWriter(self.cache_store, block_size=kv.block_size, entry_ttl_s=kv.entry_ttl_s)
         self.kv_follower: KVEventFollower | None = None
         if kv.enabled and discovery is not None and self.policy == "prefix_affinity":
-            self.kv_follower = KVEventFollower(kv, self.kv_writer, self.replicas, self._server_info,
+            self.kv_follower = KVEventFollower(kv, self.kv_writer, self.replicas, server_info or self._server_info,
                                                on_plain=self._plain_replica)
         self._background: set[asyncio.Task[Any]] = set()
         self._canaries: dict[str, str] = {}

@@ -33,7 +33,9 @@ class ZmqEventPublisher:
 
     def __init__(self, config: KVEventsConfig, context: zmq.Context | None = None) -> None:
         self.config = config
-        self._ctx = context or zmq.Context.instance()
+        # a context of its own: the process-wide `instance()` may be an asyncio one (a router in the same process)
+        self._own_ctx = context is None
+        self._ctx = context or zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.set_hwm(config.hwm)
         self._pub.setsockopt(zmq.LINGER, 0)
@@ -110,3 +112,5 @@ class ZmqEventPublisher:
         self._pub.close(linger=0)
         if self._replay is not None:
             self._replay.close(linger=0)
+        if self._own_ctx:
+            self._ctx.term()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any, Awaitable, Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -64,7 +65,7 @@ class KVEventFollower:
         self._replicas = replicas
         self._server_info = server_info
         self.on_plain = on_plain
-        self._ctx = zmq.asyncio.Context.instance()
+        self._ctx = zmq.asyncio.Context()  # its own: `instance()` may be a plain context made by someone else
         self.readers: dict[str, tuple[zmq.asyncio.Socket, asyncio.Task[None]]] = {}
         self.plain: set[str] = set()
         self._followed: dict[str, tuple[str, float | None]] = {}
@@ -115,6 +116,11 @@ class KVEventFollower:
                 state = self.writer.replicas.get(replica)
                 if state is not None:
                     state.stale = True
+            if replica not in self.writer.replicas:  # precise from now on, even before its first event
+                try:
+                    await self.writer.join(replica, now=time.time())
+                except StoreUnavailableError:
+                    continue
             self._follow(replica, endpoint)
             self._followed[replica] = (endpoint, start)
 
@@ -175,3 +181,4 @@ class KVEventFollower:
             self._stop_reader(replica)
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
+        self._ctx.term()
