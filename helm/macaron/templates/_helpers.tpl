@@ -133,6 +133,16 @@ macaron.config.MacaronSettings the chart wires (a test loads it with load_settin
   value: {{ .Values.router.port | quote }}
 - name: MACARON_ROUTER__GRACE_PERIOD_S
   value: {{ .Values.drain.gracePeriodSeconds | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__ENABLED
+  value: {{ .Values.base.kvEvents.enabled | quote }}
+{{- if .Values.base.kvEvents.enabled }}
+- name: MACARON_ROUTER__KV_EVENTS__ENDPOINT
+  value: {{ printf "tcp://{host}:%d" (int .Values.base.kvEvents.port) | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__TOPIC
+  value: {{ .Values.base.kvEvents.topic | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__BLOCK_SIZE
+  value: {{ .Values.base.kvEvents.pageSize | quote }}
+{{- end }}
 {{- range $key, $spec := .Values.specialists }}
 {{- if ne (toString $spec.enabled) "false" }}
 - name: MACARON_ROUTER__POOLS__{{ upper $key }}
