@@ -637,7 +637,7 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
 
     t = time.monotonic()
     log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
-    out.update(bench_classify(classifier, 300 if quick else 1000))
+    out.update(bench_classify(classifier, 200 if quick else 1000))
     log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s"
         f"  ({time.monotonic() - t:.1f} s)")
 
@@ -651,14 +651,14 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     try:
         t = time.monotonic()
         log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
-        out.update(await bench_added_ttft(senders, 16 if quick else 80, users[400:]))
+        out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:]))
         log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
             f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
             f"({out['judged_share']:.0%} went to the judge; p50 without them "
             f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
 
         t = time.monotonic()
-        shape = dict(sessions=args.sessions or (8 if quick else 32), turns=3 if quick else 5, systems=systems,
+        shape = dict(sessions=args.sessions or (6 if quick else 32), turns=3 if quick else 5, systems=systems,
                      users=users, concurrency=4 if quick else 8)
         arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
         if stack.smg:
@@ -715,8 +715,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-tokens", type=int, default=1024,
                         help="KV-cache tokens per engine (default 1024: below the workload's working set, above its "
                         "longest request).")
-    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 8, "
+    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 6, "
                         "or 32 without --quick).")
+    parser.add_argument("--pairs", type=int, default=0, help="Prompts of the paired router-added TTFT (default 8, "
+                        "or 80 without --quick; 4 more warm up).")
     parser.add_argument("--repeats", type=int, default=3, help="Runs of each multi-turn arm (default 3).")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="Output tokens per turn (default 8).")
     parser.add_argument("--cache-dir", default=None, help="Asset cache (default: $MACARON_CACHE_DIR or ~/.cache/macaron).")
