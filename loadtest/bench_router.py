@@ -637,7 +637,7 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
 
     t = time.monotonic()
     log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
-    out.update(bench_classify(classifier, 200 if quick else 1000))
+    out.update(bench_classify(classifier, 300 if quick else 1000))
     log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s"
         f"  ({time.monotonic() - t:.1f} s)")
 
