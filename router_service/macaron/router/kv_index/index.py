@@ -82,8 +82,11 @@ class KVIndexWriter:
         self.applied = 0
         self.resets = 0
 
-    async def join(self, replica: str, *, now: float) -> ReplicaState:
-        """Starts following `replica`: adopts the epoch and block names others wrote, or opens an epoch."""
+    async def join(self, replica: str, *, now: float, started_at: float | None = None) -> ReplicaState:
+        """Starts following `replica`: adopts the epoch and block names others wrote, or opens an epoch.
+
+        A new epoch is named after the engine's start time when known (every router replica joining
+        at once then picks the same one), else after the current 10-second window."""
         epochs, names = await self.store.hgetall_many([EPOCH_KEY, map_key(replica)])
         state = ReplicaState()
         epoch = epochs.get(replica)
@@ -98,7 +101,8 @@ class KVIndexWriter:
                     except ValueError:
                         continue
         else:
-            await self._new_epoch(replica, state, f"join-{now:.6f}")
+            name = f"start-{started_at:.3f}" if started_at is not None else f"join-{int(now // 10) * 10}"
+            await self._new_epoch(replica, state, name)
         self.replicas[replica] = state
         return state
 

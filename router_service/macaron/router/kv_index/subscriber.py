@@ -118,7 +118,7 @@ class KVEventFollower:
                     state.stale = True
             if replica not in self.writer.replicas:  # precise from now on, even before its first event
                 try:
-                    await self.writer.join(replica, now=time.time())
+                    await self.writer.join(replica, now=time.time(), started_at=start)
                 except StoreUnavailableError:
                     continue
             self._follow(replica, endpoint)
