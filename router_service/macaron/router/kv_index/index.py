@@ -106,10 +106,12 @@ class KVIndexWriter:
         self.replicas[replica] = state
         return state
 
-    async def leave(self, replica: str) -> None:
-        """The replica is gone (no longer discovered): its entries stop counting for everyone."""
+    async def leave(self, replica: str, *, now: float) -> None:
+        """The replica is gone (no longer discovered): its entries stop counting for everyone, and stay void
+        if it comes back (events it sent meanwhile were missed)."""
         self.replicas.pop(replica, None)
-        await self.store.hbatch([("del", EPOCH_KEY, [replica])], EPOCH_TTL_S)
+        await self.store.delete(map_key(replica))
+        await self.store.hset(EPOCH_KEY, {replica: f"left-{now:.6f}".encode()}, EPOCH_TTL_S)
 
     async def _new_epoch(self, replica: str, state: ReplicaState, epoch: str) -> None:
         state.epoch = epoch

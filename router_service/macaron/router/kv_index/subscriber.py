@@ -87,7 +87,7 @@ class KVEventFollower:
             if replica not in current:
                 self._stop_reader(replica)
                 try:
-                    await self.writer.leave(replica)
+                    await self.writer.leave(replica, now=time.time())
                 except StoreUnavailableError:
                     pass
         self.plain &= current
