@@ -72,6 +72,12 @@ async def test_writer_follows_stores_removals_clears_restarts_and_gaps() -> None
     late = KVIndexWriter(store, block_size=4, entry_ttl_s=60)
     await late.apply("r", 8, KVEventBatch(9.0, [BlockStored([2], 1, tokens[4:8], 4, lid)]))
     assert await depths() == {"r": 2}
+    # a replica that left (no longer discovered) is void, and stays so when it comes back
+    await late.leave("r", now=10.0)
+    assert await depths() == {"r": 0}
+    back = KVIndexWriter(store, block_size=4, entry_ttl_s=60)
+    await back.join("r", now=11.0, started_at=1.0)
+    assert await depths() == {"r": 0}
 
 
 # ------------------------------------------------------------------ real engines, real events
