@@ -6,7 +6,9 @@
 2. the fast classifier (skipped when forced, or inside a tool loop of a live session),
 3. the decision pipeline of `decision.py`, and the judge when the classifier is unsure,
 4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
-   hashed into blocks; one store read (load + blocks) fills the snapshot; the policy's profile
+   hashed into character blocks (the approximate index) and tokenized into token blocks (the
+   KV-cache index the engines' own events fill, kv_index/); one placement-store read (load,
+   both indexes) fills the snapshot, with each replica's adapter residency; the policy's profile
    picks the replica,
 4b. the adapter version (macaron.lifecycle): the four version states come in the session
    read's own store round trip (no extra one); a session keeps its version, a new one may draw
@@ -16,8 +18,9 @@
    session and the blocks are written to the store in the background, off the path to that
    token, and only for requests that were actually served.
 
-Every store call goes through the `GatedStore`, so a dead Redis costs nothing per request:
-the route is then decided by the classifier alone, without session or affinity.
+Every store call goes through a `GatedStore`, so a dead Redis costs nothing per request: the
+route is then decided by the classifier alone, without session or affinity. Sessions and version
+states live on the state store, placement state on its own (evictable) one (`cache_store`).
 """
 
 from __future__ import annotations
