@@ -159,7 +159,7 @@ async def following(core: RoutingCore) -> None:
 
 async def settle(core: RoutingCore, before: int) -> None:
     """Waits until the writer applied a batch beyond `before` and the stream went quiet."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 20
     while core.kv_writer.applied <= before:
         assert time.monotonic() < deadline, "no KV-event batch arrived"
         await asyncio.sleep(0.02)
@@ -250,7 +250,7 @@ async def test_an_engine_that_evicted_or_restarted_is_no_longer_credited(tokeniz
 async def test_a_router_that_starts_late_places_on_the_truth_only_with_a_shared_store(tokenizer, engines,
                                                                                       redis_url) -> None:
     prefix = f"test-kv-{uuid.uuid4().hex[:8]}:"
-    first = make_core(tokenizer, engines, RedisStore(redis_url, key_prefix=prefix))
+    first = make_core(tokenizer, engines, RedisStore(redis_url, timeout_s=2.0, key_prefix=prefix))
     mine = conversation("the southern warehouse records of last quarter")
     try:
         await following(first)
@@ -260,7 +260,7 @@ async def test_a_router_that_starts_late_places_on_the_truth_only_with_a_shared_
         engines.serve(other, tokens_of(first, mine))
         await settle(first, before)
         # a second router replica starts now (scale-out, a restart): the blocks were stored before it followed
-        shared = make_core(tokenizer, engines, RedisStore(redis_url, key_prefix=prefix))
+        shared = make_core(tokenizer, engines, RedisStore(redis_url, timeout_s=2.0, key_prefix=prefix))
         alone = make_core(tokenizer, engines, MemoryStore())
         try:
             await following(shared)
