@@ -1,29 +1,35 @@
-"""Benchmark of the L0 router: decision latency, the latency it adds, and what prefix affinity buys.
+"""Benchmark of the L0 router, honest: decision latency on real prompts, the latency it adds, what placement buys.
 
-    python loadtest/bench_router.py --quick    # under a minute on an idle machine
-    python loadtest/bench_router.py            # larger workload
+    python loadtest/bench_router.py --quick    # small sizes, same shape (escalation on, paired TTFT, KV pressure)
+    python loadtest/bench_router.py            # larger workload, more repeats
 
-One run starts, on loopback: N embedded-engine replicas (`macaron engine`, tiny model, four
-adapters), the four specialists over all of them (one `macaron specialist` process), three
-`macaron router` processes (round_robin; and two prefix_affinity replicas A and B sharing one
-Redis, a redis-server of the bench's own), and SGLang's router `smg` (policy cache_aware) three
-times: one instance, and two instances each with its own tree. Then it measures:
+One run starts, on loopback: N embedded-engine replicas (`macaron engine`, the real default model
+SmolLM2 unless --model says otherwise, four adapters) each with a KV cache smaller than the
+workload's working set (--kv-tokens) and publishing KV-cache events (SGLang's format); the four
+specialists over all of them; three `macaron router` processes (round_robin; two
+prefix_affinity replicas A and B sharing a state Redis and a placement Redis of the bench's own),
+all in the production configuration (classifier escalation on, judge on); and SGLang's router
+`smg` (policy cache_aware, sticky on the same session ids) three times: one instance, and two
+instances joined with `--enable-mesh` (which syncs their trees). Then it measures:
 
-1. classify: the fast classifier on real prompts (dev.jsonl), in this process: p50/p99 and
-   decisions per second on one thread;
-2. route: a full routing decision in this process (RoutingCore: session read, classifier,
-   prompt rendering and hashing, one Redis snapshot read, placement) with real Redis round
-   trips, judge off (its engine call is measured by TTFT below): p50/p99;
-3. the latency the router adds: time to first token through router → specialist versus
-   straight to the specialist the router picked, for fresh prompts of the same shape,
-   alternating, one at a time: p50 difference;
+1. classify: the fast classifier with escalation, as configured, on real prompts (dev.jsonl):
+   p50/p99 and decisions per second on one thread;
+2. route: a full routing decision in this process (RoutingCore: session read, classifier with
+   escalation, judge when unsure, prompt rendering, tokenizing and hashing, one placement-store
+   read, placement on the engines' KV-cache events) against the bench's Redis: p50/p99;
+3. router-added TTFT, paired: each real prompt goes through router → specialist and straight to
+   the specialist (and engine replica) the router chose, in alternating order; a per-path tag at
+   the head keeps either from hitting the other's cache; p50 and p99 of the per-pair difference;
 4. a multi-turn workload (sessions sharing a few long system prompts, each turn carrying the
-   whole history) forced to the chat specialist, over the N engines: prompt tokens the engines
-   served from their own prefix cache (`cached_tokens` in their answers) and mean TTFT, for
-   prefix_affinity (router A) vs round_robin; smg cache_aware on the same engines and workload
-   (the same rendered prompts, sent to /generate with the chat adapter); then two smg instances
-   (requests alternating between them, as a Service spreads them) vs routers A and B.
-   Every run carries its own salt at the head of its system prompts, so runs never share cache.
+   whole history, fixed assistant turns so every arm sends the same requests with the same
+   session ids) forced to the chat specialist: the prompt tokens the engines report served from
+   their caches (`cached_tokens`) and mean TTFT for ours prefix_affinity, ours round_robin,
+   smg cache_aware, two of ours (requests alternating between A and B) and two smg with
+   --enable-mesh (alternating likewise). Each arm runs --repeats times, arms interleaved (the
+   order rotates every round), every run with its own salt at the head of its system prompts;
+   medians and spreads are printed, ratios are of medians. `index_overclaim_share`: of our
+   prefix_affinity turns, those where the router predicted more cached tokens than the engine
+   reported.
 
 Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
@@ -54,7 +60,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SMG = Path(sys.executable).parent / "smg"
 SPECIALISTS = ("chat", "agent", "code", "ui")
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 300.0
+SESSION_HEADER = "x-session-id"
 
 
 def log(message: str) -> None:
@@ -178,6 +185,16 @@ class Stack:
                 log(f"stopping {proc.name}: {exc}")
 
 
+def smg_binary() -> str | None:
+    """smg next to this interpreter, else on PATH."""
+    return str(SMG) if SMG.exists() else shutil.which("smg")
+
+
+def redis(name: str, port: int, policy: str, workdir: Path) -> Proc:
+    return Proc(name, ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                       "--maxmemory", "256mb", "--maxmemory-policy", policy], workdir)
+
+
 def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
     from macaron.assets.builtin import ensure_builtin_model
 
@@ -186,32 +203,34 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
     procs: list[Proc] = []
     stack = Stack(workdir, [], {}, {}, {}, "", workdir / "macaron.yaml", assets.model_dir, procs)
     try:
-        redis_port = free_port()
-        procs.append(Proc("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "no"], workdir))
-        stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        state_port, cache_port = free_port(), free_port()
+        procs.append(redis("redis-state", state_port, "noeviction", workdir))
+        procs.append(redis("redis-placement", cache_port, "allkeys-lru", workdir))
+        stack.redis_url = f"redis://127.0.0.1:{state_port}/0"
         lora = [f"{n}={p}" for n, p in assets.adapters.items()]
         engine_ports = [free_port() for _ in range(args.replicas)]
+        events = json.dumps({"publisher": "zmq", "endpoint": "tcp://127.0.0.1:*"})
         for i, port in enumerate(engine_ports):
             procs.append(macaron(f"engine{i}", ["engine", "--host", "127.0.0.1", "--port", str(port), "--model-path",
-                                                str(assets.model_dir), "--log-level", "warning", "--lora-paths", *lora],
-                                 workdir))
+                                                str(assets.model_dir), "--log-level", "warning",
+                                                "--max-total-tokens", str(args.kv_tokens),
+                                                "--kv-events-config", events, "--lora-paths", *lora], workdir))
         stack.engines = [f"http://127.0.0.1:{p}" for p in engine_ports]
         stack.specialist_ports = {n: free_port() for n in SPECIALISTS}
         stack.routers = {name: free_port() for name in ("rr", "a", "b")}
-        config = {
+        config: dict[str, Any] = {
             "redis_url": stack.redis_url,
+            "cache_redis_url": f"redis://127.0.0.1:{cache_port}/0",
             "specialists": {
                 "discovery": {"mode": "static", "urls": stack.engines},
                 "tokenizer_path": str(assets.model_dir),
                 **{n: {"port": p} for n, p in stack.specialist_ports.items()},
             },
             "router": {"pools": {n: [f"127.0.0.1:{p}"] for n, p in stack.specialist_ports.items()}, "metrics": False},
+            "classifier": {"escalation": bool(args.escalation)},
         }
         if args.classifier_artifact:
-            config["classifier"] = {"artifact_path": args.classifier_artifact}
-        if not args.escalation:
-            config.setdefault("classifier", {})["escalation"] = False
+            config["classifier"]["artifact_path"] = args.classifier_artifact
         stack.config.write_text(yaml.safe_dump(config))
         procs.append(macaron("specialists", ["specialist", "--name", "all"], workdir, stack.config))
         for name, port in stack.routers.items():
@@ -220,15 +239,25 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
                                                     "--router-id", f"bench-{name}"], workdir, stack.config))
         deadline = time.monotonic() + START_TIMEOUT_S
         for i, url in enumerate(stack.engines):
-            wait_http(procs[1 + i], url + "/health", deadline)
+            wait_http(next(p for p in procs if p.name == f"engine{i}"), url + "/health", deadline)
         log(f"  engines up after {time.monotonic() - t0:.1f} s")
-        if SMG.exists():
-            for name, n in (("smg1", 1), ("smg2a", 1), ("smg2b", 1)):
+        smg = smg_binary()
+        if smg:
+            mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
+            for name in ("smg1", "smg2a", "smg2b"):
                 port = free_port()
-                procs.append(Proc(name, [str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
-                                         *stack.engines, "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
-                                         "--prometheus-port", str(free_port()), "--log-level", "warn",
-                                         "--worker-startup-check-interval", "1"], workdir))
+                argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
+                        "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
+                        "--prometheus-port", str(free_port()), "--log-level", "warn",
+                        "--worker-startup-check-interval", "1",
+                        # the same session ids as our routers get, for sticky sessions on top of cache_aware
+                        "--routing-key-override", "--routing-key-headers", SESSION_HEADER]
+                if name != "smg1":  # smg's own multi-router mode: the two instances sync their trees
+                    argv += ["--enable-mesh", "--mesh-server-name", name, "--mesh-host", "127.0.0.1",
+                             "--mesh-port", str(mesh_ports[name])]
+                    if name == "smg2b":
+                        argv += ["--mesh-peer-urls", f"127.0.0.1:{mesh_ports['smg2a']}"]
+                procs.append(Proc(name, argv, workdir))
                 stack.smg[name] = f"http://127.0.0.1:{port}"
         specialists = next(p for p in procs if p.name == "specialists")
         for port in stack.specialist_ports.values():
@@ -237,8 +266,8 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
             wait_grpc(next(p for p in procs if p.name == f"router-{name}"), port, "macaron.v1.Router", deadline)
         for name, url in stack.smg.items():
             wait_smg(next(p for p in procs if p.name == name), url, len(stack.engines), deadline)
-        log(f"  stack up after {time.monotonic() - t0:.1f} s ({len(stack.engines)} engines, 4 specialists, "
-            f"3 routers, {len(stack.smg)} smg)")
+        log(f"  stack up after {time.monotonic() - t0:.1f} s ({len(stack.engines)} engines of {args.kv_tokens} KV "
+            f"tokens, 4 specialists, 3 routers, {len(stack.smg)} smg)")
         return stack
     except BaseException:
         stack.stop()
@@ -251,18 +280,21 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
 WORDS = ("harbour ledger invoice meeting archive customer policy refund schedule shipment warehouse contract "
          "quarterly budget summary request approval calendar reminder document report analysis forecast region "
          "office team project deadline priority note update review").split()
+REPLIES = ("Understood. Here is a first summary of what I found, with the figures you asked for.",
+           "Done. I compared both and listed the differences; three of them need your attention.",
+           "Here is the revised version, shorter, with the open questions at the end.",
+           "I checked the records again; the totals now match except for one entry.",
+           "Noted. I added the reminder and moved the review to next week.")
 
 
 def dev_prompts(limit: int, seed: int) -> list[str]:
+    """Real prompts of the routing dev split (text rows, 20 to 600 characters), shuffled, repeated to `limit`."""
     from macaron.router.classifier.data import find_data_dir, load_jsonl
 
-    try:
-        rows = load_jsonl(find_data_dir(None) / "dev.jsonl")
-        texts = [str(r.get("text") or "") for r in rows]
-    except Exception:  # noqa: BLE001 - any text will do for latency
-        texts = []
-    texts = [t for t in texts if 20 <= len(t) <= 600] or [
-        " ".join(random.Random(i).choices(WORDS, k=30)) for i in range(200)]
+    rows = load_jsonl(find_data_dir(None) / "dev.jsonl")  # fails loudly: no made-up prompts
+    texts = [r.text for r in rows if r.text and 20 <= len(r.text) <= 600]
+    if not texts:
+        raise SystemExit("dev.jsonl has no text prompts: point the classifier's data_dir at the routing data")
     random.Random(seed).shuffle(texts)
     return (texts * (limit // len(texts) + 1))[:limit]
 
@@ -284,6 +316,10 @@ class Turn:
     prompt_tokens: int
     cached_tokens: int
     text: str
+    predicted: int = -1
+    """The router's predicted cached tokens (-1: no router prediction on this path)."""
+    replica: str = ""
+    reason: int = 0
 
 
 @dataclass
@@ -325,10 +361,9 @@ class Senders:
         settings = load_settings(stack.config)
         self.chat_profile = load_profile(settings.specialists, "chat")
         self.tokenizer = tokenizer
-        self.http = httpx.AsyncClient(timeout=60.0)
-        self.last_reason = 0
+        self.http = httpx.AsyncClient(timeout=120.0)
 
-    def proto(self, messages: list[dict[str, str]], *, forced: bool, session: str = "") -> Any:
+    def proto(self, messages: list[dict[str, str]], *, forced: bool, session: str = "", hint: str = "") -> Any:
         from macaron.v1 import common_pb2 as pb
 
         roles = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT}
@@ -337,25 +372,27 @@ class Senders:
             session_id=session,
             specialist=pb.SPECIALIST_KIND_CHAT if forced else pb.SPECIALIST_KIND_UNSPECIFIED,
             sampling=pb.SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
+            engine_replica_hint=hint,
         )
 
     async def grpc_turn(self, stub: Any, request: Any) -> tuple[Turn, str]:
         start = time.perf_counter()
         ttft = None
-        text, usage, specialist = [], None, ""
-        async for chunk in stub.Generate(request, timeout=120):
-            if chunk.HasField("route") and not specialist:
+        text, usage, specialist, route = [], None, "", None
+        async for chunk in stub.Generate(request, timeout=180):
+            if chunk.HasField("route") and route is None:
+                route = chunk.route
                 specialist = SPECIALISTS[max(0, chunk.route.specialist - 1)]
-                self.last_reason = chunk.route.reason
             if ttft is None and (chunk.text or chunk.tool_calls or chunk.HasField("finish")):
                 ttft = time.perf_counter() - start
             text.append(chunk.text)
             if chunk.HasField("usage"):
                 usage = chunk.usage
-        assert ttft is not None and usage is not None
-        return Turn(ttft, usage.prompt_tokens, usage.cached_tokens, "".join(text)), specialist
+        assert ttft is not None and usage is not None and route is not None
+        return Turn(ttft, usage.prompt_tokens, usage.cached_tokens, "".join(text), route.predicted_cached_tokens,
+                    route.replica, route.reason), specialist
 
-    async def smg_turn(self, url: str, messages: list[dict[str, str]]) -> Turn:
+    async def smg_turn(self, url: str, messages: list[dict[str, str]], session: str) -> Turn:
         from macaron.prompting import ChatRequest, Message, render
 
         chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
@@ -364,7 +401,7 @@ class Senders:
         start = time.perf_counter()
         ttft = None
         last: dict[str, Any] = {}
-        async with self.http.stream("POST", url + "/generate", json=body) as response:
+        async with self.http.stream("POST", url + "/generate", json=body, headers={SESSION_HEADER: session}) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":
@@ -384,7 +421,9 @@ class Senders:
 
 async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
                      users: list[str], concurrency: int) -> RunResult:
-    """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets."""
+    """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets.
+
+    The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids."""
     salt = uuid.uuid4().hex[:12]
     result = RunResult(name)
     gate = asyncio.Semaphore(concurrency)
@@ -392,22 +431,23 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
 
     async def session(s: int) -> None:
         messages = [{"role": "system", "content": f"[{salt}] {systems[s % len(systems)]}"}]
+        session_id = f"{salt}-{s}"
         for t in range(turns):
             messages.append({"role": "user", "content": users[(s * turns + t) % len(users)]})
             target = targets[next(counter) % len(targets)]
             async with gate:
                 try:
                     if target.startswith("http"):
-                        turn = await senders.smg_turn(target, messages)
+                        turn = await senders.smg_turn(target, messages, session_id)
                     else:
                         turn, _ = await senders.grpc_turn(
-                            senders.routers[target], senders.proto(messages, forced=True, session=f"{salt}-{s}"))
+                            senders.routers[target], senders.proto(messages, forced=True, session=session_id))
                 except Exception as exc:  # noqa: BLE001 - counted, the run goes on
                     result.errors += 1
                     log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
                     return
             result.turns.append(turn)
-            messages.append({"role": "assistant", "content": turn.text})
+            messages.append({"role": "assistant", "content": REPLIES[(s + t) % len(REPLIES)]})
 
     await asyncio.gather(*(session(s) for s in range(sessions)))
     rate = result.cached / result.prompt if result.prompt else 0.0
@@ -456,6 +496,7 @@ class Preloaded:
 
 
 def bench_classify(classifier: Any, n: int) -> dict[str, float]:
+    """The classifier as the routers run it (escalation as configured) on real prompts, one thread."""
     texts = dev_prompts(n, seed=1)
     for text in texts[:20]:
         classifier.classify(messages=[{"role": "user", "content": text}])
@@ -471,34 +512,38 @@ def bench_classify(classifier: Any, n: int) -> dict[str, float]:
 
 async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str], tokenizer: Any,
                       classifier: Any) -> dict[str, float]:
-    """RoutingCore.route() in this process against the bench's Redis (judge off)."""
+    """RoutingCore.route() in this process, production settings (judge on, KV-event index), the bench's Redis."""
     from macaron.config import load_settings
     from macaron.discovery import StaticSource
     from macaron.prompting import ChatRequest, Message
+    from macaron.router.judge import Judge
     from macaron.router.routing import AdapterRef, RouteRequest, RoutingCore
     from macaron.router.store_gate import GatedStore
     from macaron.specialist.profiles import load_profile
     from macaron.store import RedisStore
 
     settings = load_settings(stack.config)
-    rs = settings.router.model_copy(update={"judge_threshold": 0.0})
+    rs = settings.router
     profiles = {n_: load_profile(settings.specialists, n_) for n_ in SPECIALISTS}
-    store = GatedStore(RedisStore(stack.redis_url, key_prefix=f"bench-route-{uuid.uuid4().hex[:6]}:"))
+    tag = uuid.uuid4().hex[:6]
+    store = GatedStore(RedisStore(stack.redis_url, key_prefix=f"bench-route-{tag}:"))
+    cache = GatedStore(RedisStore(settings.cache_redis_url or stack.redis_url, key_prefix=f"bench-route-{tag}:"))
+    judge = Judge(tokenizer, profiles["chat"].lora_path, timeout_s=rs.judge_timeout_s, max_chars=rs.judge_max_chars)
     core = RoutingCore(
-        rs, store=store, profiles=profiles,
+        rs, store=store, cache_store=cache, profiles=profiles,
         adapters={k: AdapterRef(p.settings.adapter, p.settings.adapter_version or "") for k, p in profiles.items()},
         tokenizer=tokenizer, discovery=StaticSource(stack.engines),
-        classifier=classifier, judge=None, router_id="bench-core",
+        classifier=classifier, judge=judge, router_id="bench-core",
     )
     await core.start()
-    times, decision = [], []
+    times, decision, judged = [], [], 0
     try:
         for i in range(n + 10):
             s = i % 16
             history: list[Message] = [Message("system", systems[s % len(systems)])]
             for t in range(i // 16 % 4 + 1):
-                history.append(Message("user", users[(s * 7 + t) % len(users)]))
-                history.append(Message("assistant", "Sure, here is what I found."))
+                history.append(Message("user", users[(s * 7 + t + i) % len(users)]))
+                history.append(Message("assistant", REPLIES[t % len(REPLIES)]))
             history.pop()
             req = RouteRequest(ChatRequest(tuple(history)), owner="bench", session_id=f"route-{s}", request_id=str(i))
             route = await core.route(req)
@@ -507,37 +552,80 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
             if i >= 10:  # warm-up excluded
                 times.append(route.route_ms)
                 decision.append(route.decision_ms)
+                judged += route.decision.reason in ("judge", "default")
         await core.flush()
     finally:
         await core.aclose()
         await store.close()
-    return {"route_p50_ms": pct(times, 50), "route_p99_ms": pct(times, 99), "decision_p50_ms": pct(decision, 50)}
+        await cache.close()
+    return {"route_p50_ms": pct(times, 50), "route_p99_ms": pct(times, 99), "decision_p50_ms": pct(decision, 50),
+            "route_judged_share": judged / max(1, len(times))}
 
 
 async def bench_added_ttft(senders: Senders, n: int, users: list[str]) -> dict[str, float]:
-    """Fresh prompts, alternating router → specialist and straight to the specialist the router chose."""
-    assert 2 * (n + 4) <= len(users), "not enough distinct prompts"
+    """Paired: each prompt through router → specialist and straight to the specialist and replica the router
+    chose, the order alternating; a per-path tag at the head keeps either from reusing the other's cache."""
     from macaron.v1 import common_pb2 as pb
 
-    via_router, direct, judged = [], [], []
-    for i in range(n + 4):  # distinct real prompts on both paths: none is in an engine's cache yet
-        turn, specialist = await senders.grpc_turn(
-            senders.routers["a"], senders.proto([{"role": "user", "content": users[2 * i]}], forced=False))
-        judged.append(senders.last_reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
-        plain, _ = await senders.grpc_turn(
-            senders.specialists[specialist], senders.proto([{"role": "user", "content": users[2 * i + 1]}], forced=False))
-        if i >= 4:
+    diffs, via_router, direct, judged = [], [], [], []
+    for i in range(n + 4):
+        prompt = users[i]
+        tags = uuid.uuid4().hex[:6], uuid.uuid4().hex[:6]
+        routed_msgs = [{"role": "user", "content": f"(ref {tags[0]}) {prompt}"}]
+        plain_msgs = [{"role": "user", "content": f"(ref {tags[1]}) {prompt}"}]
+
+        async def through_router() -> tuple[Turn, str]:
+            return await senders.grpc_turn(senders.routers["a"], senders.proto(routed_msgs, forced=False))
+
+        if i % 2 == 0:
+            turn, specialist = await through_router()
+            plain, _ = await senders.grpc_turn(senders.specialists[specialist],
+                                               senders.proto(plain_msgs, forced=False, hint=turn.replica))
+        else:  # direct first: to the specialist and replica the router picks for this prompt (asked right after)
+            probe, specialist = await senders.grpc_turn(senders.routers["a"], senders.proto(
+                [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {prompt}"}], forced=False))
+            plain, _ = await senders.grpc_turn(senders.specialists[specialist],
+                                               senders.proto(plain_msgs, forced=False, hint=probe.replica))
+            turn, _ = await through_router()
+        if i >= 4:  # warm-up excluded
             via_router.append(turn.ttft_s * 1000)
             direct.append(plain.ttft_s * 1000)
-    judged = judged[4:]
-    plain = [r - d for r, d, j in zip(via_router, direct, judged) if not j]
+            diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
+            judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+    plain_diffs = [d for d, j in zip(diffs, judged) if not j]
     return {
         "judged_share": sum(judged) / len(judged),
-        "router_added_ttft_ms_p50_unjudged": pct(plain, 50),
         "router_ttft_p50_ms": pct(via_router, 50),
         "direct_ttft_p50_ms": pct(direct, 50),
-        "router_added_ttft_ms_p50": pct(via_router, 50) - pct(direct, 50),
+        "router_added_ttft_ms_p50": pct(diffs, 50),
+        "router_added_ttft_ms_p99": pct(diffs, 99),
+        "router_added_ttft_ms_p50_unjudged": pct(plain_diffs, 50),
     }
+
+
+def summary(runs: list[RunResult]) -> dict[str, float]:
+    cached = [r.cached for r in runs]
+    ttft = [r.mean_ttft_ms for r in runs]
+    return {"cached_median": statistics.median(cached), "cached_min": min(cached), "cached_max": max(cached),
+            "ttft_median_ms": statistics.median(ttft), "ttft_min_ms": min(ttft), "ttft_max_ms": max(ttft)}
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b; None when b is 0 or either is not a number (no figure rather than a made-up one)."""
+    if not b or a != a or b != b:
+        return None
+    return a / b
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe: NaN becomes null, floats are rounded, containers are cleaned recursively."""
+    if isinstance(value, float):
+        return None if value != value else round(value, 4)
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    return value
 
 
 async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) -> dict[str, Any]:
@@ -545,54 +633,72 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     tokenizer, classifier = preloaded.get()
     quick = args.quick
     systems = system_prompts(3 if quick else 4, 900 if quick else 1500, seed=7)
-    users = list(dict.fromkeys(u[:300] for u in dev_prompts(400, seed=3)))
+    users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))
 
     t = time.monotonic()
-    log("classify (fast classifier, this thread):")
+    log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
     out.update(bench_classify(classifier, 300 if quick else 1000))
-    log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s")
+    log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s"
+        f"  ({time.monotonic() - t:.1f} s)")
 
-    log(f"  ({time.monotonic() - t:.1f} s)")
     t = time.monotonic()
-    log("route (decision + placement with Redis round trips, judge off):")
-    out.update(await bench_route(stack, 100 if quick else 500, systems, users, tokenizer, classifier))
-    log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms")
+    log("route (decision + placement, production settings, Redis round trips):")
+    out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
+    log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
+        f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
 
-    log(f"  ({time.monotonic() - t:.1f} s)")
-    t = time.monotonic()
     senders = Senders(stack, args.max_new_tokens, tokenizer)
     try:
-        log("router-added TTFT (router → specialist vs specialist alone):")
-        out.update(await bench_added_ttft(senders, 16 if quick else 80, users))
-        log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
-            f"added {out['router_added_ttft_ms_p50']:.1f} ms ({out['judged_share']:.0%} went to the judge; "
-            f"p50 of the pairwise difference without them {out['router_added_ttft_ms_p50_unjudged']:.1f} ms)")
-
-        log(f"  ({time.monotonic() - t:.1f} s)")
         t = time.monotonic()
-        shape = dict(sessions=12 if quick else 32, turns=3 if quick else 5, systems=systems, users=users,
-                     concurrency=4 if quick else 8)
-        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(systems)} shared system "
-            f"prompts, {len(stack.engines)} engines):")
-        rr = await multi_turn(senders, "ours round_robin", ["rr"], **shape)
-        aff = await multi_turn(senders, "ours prefix_affinity", ["a"], **shape)
-        out["affinity_cached_tokens_over_rr"] = aff.cached / rr.cached if rr.cached else float("inf")
-        out["affinity_ttft_over_rr"] = aff.mean_ttft_ms / rr.mean_ttft_ms
-        runs = [rr, aff]
+        log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
+        out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:]))
+        log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
+            f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
+            f"({out['judged_share']:.0%} went to the judge; p50 without them "
+            f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
+
+        t = time.monotonic()
+        shape = dict(sessions=args.sessions or (6 if quick else 32), turns=3 if quick else 5, systems=systems,
+                     users=users, concurrency=4 if quick else 8)
+        arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
         if stack.smg:
-            smg1 = await multi_turn(senders, "smg cache_aware x1", [stack.smg["smg1"]], **shape)
-            smg2 = await multi_turn(senders, "smg cache_aware x2", [stack.smg["smg2a"], stack.smg["smg2b"]], **shape)
-            ours2 = await multi_turn(senders, "ours prefix_affinity x2", ["a", "b"], **shape)
-            out["cached_tokens_over_smg"] = aff.cached / smg1.cached if smg1.cached else float("inf")
-            out["two_replica_cached_tokens_over_smg"] = ours2.cached / smg2.cached if smg2.cached else float("inf")
-            out["smg_ttft_ms"] = smg1.mean_ttft_ms
-            runs += [smg1, smg2, ours2]
+            arms.update({"smg cache_aware x1": [stack.smg["smg1"]], "ours prefix_affinity x2": ["a", "b"],
+                         "smg cache_aware x2 mesh": [stack.smg["smg2a"], stack.smg["smg2b"]]})
         else:
             log("  smg is not installed (pip install smg): no comparison with SGLang's router")
+        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(systems)} shared system "
+            f"prompts, {len(stack.engines)} engines of {args.kv_tokens} KV tokens; {args.repeats} rounds, arms "
+            f"interleaved):")
+        runs: dict[str, list[RunResult]] = {name: [] for name in arms}
+        names = list(arms)
+        for round_ in range(args.repeats):
+            order = names[round_ % len(names):] + names[:round_ % len(names)]
+            for name in order:
+                runs[name].append(await multi_turn(senders, name, arms[name], **shape))
+        stats = {name: summary(rs) for name, rs in runs.items()}
+        for name, st in stats.items():
+            log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
+                f"  mean TTFT median {st['ttft_median_ms']:.0f} ms [{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
+        aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
+        out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
+        out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
+        if stack.smg:
+            out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
+            out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
+                                                              stats["smg cache_aware x2 mesh"]["cached_median"])
+            out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
+        else:
             out["cached_tokens_over_smg"] = None
             out["two_replica_cached_tokens_over_smg"] = None
-        out["cache_hit_rate"] = {r.name: round(r.cached / r.prompt, 4) if r.prompt else 0.0 for r in runs}
-        out["workload_errors"] = sum(r.errors for r in runs)
+        ours = [t_ for name in ("ours prefix_affinity", "ours prefix_affinity x2") for r in runs.get(name, [])
+                for t_ in r.turns]
+        out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
+        out["arms"] = stats
+        out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
+                                 for name, rs in runs.items()}
+        out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
+        out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
+                           "repeats": args.repeats, "kv_tokens": args.kv_tokens}
         log(f"  ({time.monotonic() - t:.1f} s)")
     finally:
         await senders.close()
@@ -601,28 +707,35 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="Small workload; finishes in under a minute.")
+    parser.add_argument("--quick", action="store_true", help="Smaller sizes, the same shape (escalation stays on).")
     parser.add_argument("--model", choices=("smollm2", "tiny", "bench"), default="smollm2",
                         help="Built-in model the engine replicas serve (default: smollm2, the real default model).")
-    parser.add_argument("--replicas", type=int, default=4, help="Embedded-engine replicas (default 4).")
+    parser.add_argument("--replicas", type=int, default=4, help="Embedded-engine replicas (default 4, at least 4 "
+                        "for the comparison the issue asks for).")
+    parser.add_argument("--kv-tokens", type=int, default=1024,
+                        help="KV-cache tokens per engine (default 1024: below the workload's working set, above its "
+                        "longest request).")
+    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 6, "
+                        "or 32 without --quick).")
+    parser.add_argument("--pairs", type=int, default=0, help="Prompts of the paired router-added TTFT (default 8, "
+                        "or 80 without --quick; 4 more warm up).")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs of each multi-turn arm (default 3).")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="Output tokens per turn (default 8).")
     parser.add_argument("--cache-dir", default=None, help="Asset cache (default: $MACARON_CACHE_DIR or ~/.cache/macaron).")
     parser.add_argument("--classifier-artifact", default=None, help="Classifier artifact (default: the configured one).")
-    parser.add_argument("--escalation", action=argparse.BooleanOptionalAction, default=None,
-                        help="Let the classifier escalate to its embedding model as configured "
-                        "(default: yes, except with --quick, where loading it in every process costs too much).")
+    parser.add_argument("--escalation", action=argparse.BooleanOptionalAction, default=True,
+                        help="The classifier escalates to its embedding model when unsure, as in production (default).")
     parser.add_argument("--keep", action="store_true", help="Keep the work directory (logs, config).")
     args = parser.parse_args(argv)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not on PATH")
     if args.classifier_artifact:
         os.environ["MACARON_CLASSIFIER__ARTIFACT_PATH"] = args.classifier_artifact
-    if args.escalation is None:
-        args.escalation = not args.quick
-    if not args.escalation:
-        os.environ["MACARON_CLASSIFIER__ESCALATION"] = "false"
+    os.environ["MACARON_CLASSIFIER__ESCALATION"] = "true" if args.escalation else "false"
     args.cache_dir = args.cache_dir or os.environ.get("MACARON_CACHE_DIR") or None
     if args.cache_dir is None:
         from macaron.assets.settings import default_cache_dir
@@ -646,10 +759,11 @@ def main(argv: list[str] | None = None) -> int:
     results["load_avg_1m"] = round(os.getloadavg()[0], 2)
     results["cpu_count"] = os.cpu_count()
     results["replicas"] = args.replicas
+    results["model"] = args.model
     results["classifier_escalation"] = args.escalation
     results["wall_s"] = round(time.monotonic() - started, 1)
     log(f"done in {results['wall_s']} s")
-    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in results.items()}))
+    print(json.dumps(clean(results)))
     return 0
 
 

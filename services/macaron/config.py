@@ -41,7 +41,14 @@ class MacaronSettings(BaseSettings):
         default_factory=ClassifierSettings, description="The L0 router's specialist classifier."
     )
     redis_url: str | None = Field(
-        None, description="Redis for sessions, prefix affinity and limits; empty: an in-process store."
+        None, description="Redis for state that must not be evicted: sessions, rate limits, adapter versions (run it with `maxmemory-policy noeviction`); empty: an in-process store."
+    )
+    cache_redis_url: str | None = Field(
+        None,
+        description="Redis for placement state only (the KV-cache index, prefix affinity, replica load): churn there "
+        "never evicts a session or resets a rate limit. Run it with `maxmemory-policy allkeys-lru`, and the redis_url "
+        "server with `noeviction`. Empty: placement state lives on the redis_url server under its own key prefix "
+        "(with its own breaker, so a full or dead server degrades placement alone).",
     )
     store_timeout_s: float = Field(0.25, description="Deadline of every call to the shared store (Redis).")
     auth: AuthSettings = Field(default_factory=AuthSettings, description="API keys and per-key limits.")

@@ -80,6 +80,10 @@ def test_only_specialists_and_routers_reach_the_base_group(example) -> None:
     assert not can_connect(policies, world["gateway"], world["base"], 30000)
     assert not can_connect(policies, NEIGHBOUR, world["base"], 30000)
     assert not can_connect(policies, world["base"], INTERNET, 443)  # no way out for the weights' pods
+    # KV-cache events: the routers subscribe to every engine's publisher; nobody else does
+    assert can_connect(policies, world["router"], world["base"], 5557)
+    assert not can_connect(policies, world["specialist"], world["base"], 5557)
+    assert not can_connect(policies, world["gateway"], world["base"], 5557)
 
 
 def test_leaders_and_workers_of_a_group_talk_on_any_port(renders) -> None:

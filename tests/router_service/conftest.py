@@ -133,6 +133,8 @@ class Routers:
     async def start(self, *, settings: MacaronSettings | None = None, redis_url: str | None = None,
                     classifier: Any = None, **kwargs: Any) -> tuple[RouterServer, router_pb2_grpc.RouterStub]:
         store = RedisStore(redis_url or self.redis_url, timeout_s=0.25, key_prefix=self.key_prefix)
+        if "cache_store" not in kwargs:  # placement state on the same server (as with cache_redis_url unset)
+            kwargs["cache_store"] = RedisStore(redis_url or self.redis_url, timeout_s=0.25, key_prefix=self.key_prefix)
         server = RouterServer(settings or self.settings, store=store,
                               classifier=classifier if classifier is not None else KeywordClassifier(),
                               tokenizer=self.tokenizer, port=0, serve_metrics=False, **kwargs)

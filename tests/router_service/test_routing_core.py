@@ -26,6 +26,9 @@ class TemplateTokenizer:
         text = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in conversation)
         return text + ("<assistant>" if kwargs.get("add_generation_prompt") else "")
 
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [ord(ch) for ch in text]}  # one token per character
+
 
 @dataclass
 class Result:
@@ -63,10 +66,12 @@ class Escalating(Fixed):
         return self.result
 
 
-def core(classifier, store=None, **settings) -> RoutingCore:
+def core(classifier, store=None, *, cache=None, **settings) -> RoutingCore:
+    """A core on `store` (placement state on `cache` when given, else on the same store)."""
     profiles = {n: SimpleNamespace(system_prompt=f"You are {n}. " * 40, tool_call_prefix="") for n in NAMES}
     return RoutingCore(
-        RouterSettings(**settings), store=GatedStore(store or MemoryStore()), profiles=profiles,
+        RouterSettings(**settings), store=GatedStore(store or MemoryStore()),
+        cache_store=GatedStore(cache) if cache is not None else None, profiles=profiles,
         adapters={n: AdapterRef(n) for n in NAMES}, tokenizer=TemplateTokenizer(),
         discovery=StaticSource(REPLICAS), classifier=classifier, judge=None, router_id="t",
     )
@@ -132,4 +137,32 @@ async def test_a_dead_store_routes_by_the_classifier_alone() -> None:
     started = time.perf_counter()
     await c.route(request("book a table for two tonight", session="s"))
     assert time.perf_counter() - started < 0.5  # skipped, not waited for
+    await c.aclose()
+
+
+async def test_the_approximate_index_learns_from_cached_tokens_and_restarts() -> None:
+    """Replicas without KV-cache events: an over-claim shrinks that replica's retention (its capacity
+    model), a right claim does not, and a restart forgets what was sent before it."""
+    c = core(Fixed("code", 0.95))
+    first = await c.route(request("write a parser for this file format", session="s"))
+    first.commit()
+    first.release()
+    await c.flush()
+    again = await c.route(request("write a parser for this file format", session="s2"))
+    again.release()
+    replica = again.replica
+    assert again.index_source == "approximate" and again.predicted_cached_tokens > 0
+    assert c.observe_cached(again, cached_tokens=10**6) is False  # the engine held all of it: no change
+    assert replica not in c.snapshots.retention_ms
+    assert c.observe_cached(again, cached_tokens=0) is True  # it held nothing: it keeps prefixes less long
+    assert c.snapshots.retention_ms[replica] == 1000
+    await asyncio.sleep(1.1)
+    later = await c.route(request("write a parser for this file format", session="s3"))
+    later.release()
+    assert later.snapshot.prefix_share.get(replica, 0.0) == 0.0
+    # a restart (a new start time in its server info) forgets what was sent before it
+    c.snapshots.retention_ms.clear()
+    assert (await c.route(request("write a parser for this file format"))).snapshot.prefix_share.get(replica)
+    c._plain_replica(replica, time.time() + 1)
+    assert not (await c.route(request("write a parser for this file format"))).snapshot.prefix_share.get(replica)
     await c.aclose()

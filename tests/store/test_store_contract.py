@@ -52,6 +52,14 @@ async def test_hashes_merge_and_read_in_one_call(store: Store) -> None:
     assert await store.hgetall_many([]) == []
 
 
+async def test_hbatch_applies_sets_and_deletes_in_order(store: Store) -> None:
+    await store.hbatch([("set", "h", {"a": b"1", "b": b"2"}), ("del", "h", ["a"]), ("set", "g", {"x": b"9"}),
+                        ("del", "g", ["x"]), ("set", "g", {"y": b"8"}), ("del", "missing", ["z"])], ttl_s=0.3)
+    assert await store.hgetall_many(["h", "g", "missing"]) == [{"b": b"2"}, {"y": b"8"}, {}]
+    await asyncio.sleep(0.4)
+    assert await store.hgetall_many(["h", "g"]) == [{}, {}]
+
+
 async def test_hincrby_counts_and_expires(store: Store) -> None:
     assert await store.hincrby("load", "replica-a", 1, ttl_s=5) == 1
     assert await store.hincrby("load", "replica-a", 2, ttl_s=5) == 3

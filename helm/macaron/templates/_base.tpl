@@ -35,6 +35,10 @@ The base-weight pod group's pod template: (dict "root" $ "role" "single|leader|w
 {{- /* The key comes from the environment (a Secret), expanded by the kubelet: never in the pod spec. */ -}}
 {{- $args = concat $args (list "--api-key" "$(MACARON_ENGINE__API_KEY)") -}}
 {{- $args = append $args "--enable-metrics" -}}
+{{- if $v.base.kvEvents.enabled -}}
+{{- /* KV-cache events for the routers' index (SGLang's publisher: PUB bound on every address of the pod). */ -}}
+{{- $args = concat $args (list "--kv-events-config" (include "macaron.kvEventsConfig" $root) "--page-size" (toString $v.base.kvEvents.pageSize)) -}}
+{{- end -}}
 {{- if ne .role "single" -}}
 {{- $args = concat $args (list
   "--nnodes" (toString $v.base.nodes)
@@ -45,6 +49,10 @@ The base-weight pod group's pod template: (dict "root" $ "role" "single|leader|w
 {{- toYaml $args -}}
 {{- end -}}
 
+{{- define "macaron.kvEventsConfig" -}}
+{{- dict "publisher" "zmq" "endpoint" (printf "tcp://*:%d" (int .Values.base.kvEvents.port)) "topic" .Values.base.kvEvents.topic | toJson -}}
+{{- end -}}
+
 {{- define "macaron.embeddedArgs" -}}
 {{- $root := .root -}}
 {{- $v := $root.Values -}}
@@ -52,6 +60,9 @@ The base-weight pod group's pod template: (dict "root" $ "role" "single|leader|w
 {{- $args := list "engine" "--host" "0.0.0.0" "--port" (toString $v.base.port) "--incremental-streaming-output" -}}
 {{- if $v.model.volume -}}
 {{- $args = concat $args (list "--model-path" "/models/base" "--served-model-name" $v.model.servedModelName "--lora-paths") (fromJsonArray (include "macaron.loraPaths" $root)) -}}
+{{- end -}}
+{{- if $v.base.kvEvents.enabled -}}
+{{- $args = concat $args (list "--kv-events-config" (include "macaron.kvEventsConfig" $root) "--kv-block-size" (toString $v.base.kvEvents.pageSize)) -}}
 {{- end -}}
 {{- $args = concat $args $v.base.embedded.extraArgs -}}
 {{- toYaml $args -}}
@@ -127,6 +138,11 @@ spec:
         - name: http
           containerPort: {{ $b.port }}
           protocol: TCP
+        {{- if and $b.kvEvents.enabled (ne .role "worker") }}
+        - name: kv-events
+          containerPort: {{ $b.kvEvents.port }}
+          protocol: TCP
+        {{- end }}
         {{- if eq .role "leader" }}
         - name: dist-init
           containerPort: {{ $b.sglang.distInitPort }}

@@ -133,6 +133,16 @@ macaron.config.MacaronSettings the chart wires (a test loads it with load_settin
   value: {{ .Values.router.port | quote }}
 - name: MACARON_ROUTER__GRACE_PERIOD_S
   value: {{ .Values.drain.gracePeriodSeconds | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__ENABLED
+  value: {{ .Values.base.kvEvents.enabled | quote }}
+{{- if .Values.base.kvEvents.enabled }}
+- name: MACARON_ROUTER__KV_EVENTS__ENDPOINT
+  value: {{ printf "tcp://{host}:%d" (int .Values.base.kvEvents.port) | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__TOPIC
+  value: {{ .Values.base.kvEvents.topic | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__BLOCK_SIZE
+  value: {{ .Values.base.kvEvents.pageSize | quote }}
+{{- end }}
 {{- range $key, $spec := .Values.specialists }}
 {{- if ne (toString $spec.enabled) "false" }}
 - name: MACARON_ROUTER__POOLS__{{ upper $key }}
@@ -363,6 +373,21 @@ preStop:
     secretKeyRef:
       name: {{ default (printf "%s-redis-url" (include "macaron.fullname" .)) .Values.redis.external.existingSecret }}
       key: {{ .Values.redis.external.secretKey }}
+{{- end }}
+{{- /* Placement state (KV-cache index, affinity, load) on its own LRU server: never evicts sessions or limits. */}}
+- name: MACARON_CACHE_REDIS_URL
+{{- if .Values.redis.enabled }}
+{{- if .Values.redis.auth.existingSecret }}
+  value: "redis://:$(REDIS_PASSWORD)@{{ include "macaron.redisName" . }}.{{ include "macaron.svcDomain" . }}:6380/0"
+{{- else }}
+  value: "redis://{{ include "macaron.redisName" . }}.{{ include "macaron.svcDomain" . }}:6380/0"
+{{- end }}
+{{- else }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (printf "%s-redis-url" (include "macaron.fullname" .)) .Values.redis.external.existingSecret }}
+      key: {{ .Values.redis.external.cacheSecretKey }}
+      optional: true
 {{- end }}
 {{- end -}}
 

@@ -46,6 +46,16 @@ class RouterMetrics:
             "macaron_router_prefix_match_ratio", "Share of the prompt's blocks cached on the chosen replica.",
             buckets=RATIO_BUCKETS, registry=r,
         )
+        self.index_predictions = Counter(
+            "macaron_router_index_predictions_total",
+            "Served requests whose cached prompt tokens the index predicted, by source (engine events or approximate).",
+            ["source"], registry=r,
+        )
+        self.index_overclaims = Counter(
+            "macaron_router_index_overclaims_total",
+            "Of those, requests where the index predicted more cached tokens than the engine reported.",
+            ["source"], registry=r,
+        )
         self.requests = Counter(
             "macaron_router_requests_total", "Finished calls by method and gRPC status code.", ["method", "code"],
             registry=r,

@@ -65,14 +65,18 @@ def _ms_of(stamp: bytes) -> int:
         return 0
 
 
-def matched_blocks(blocks: Sequence[Mapping[str, bytes]], *, now: int, ttl_s: float) -> dict[str, int]:
-    """{replica: blocks matched from the start} over what the store holds for a request's blocks."""
+def matched_blocks(blocks: Sequence[Mapping[str, bytes]], *, now: int, ttl_s: float,
+                   not_before: Mapping[str, int] | None = None) -> dict[str, int]:
+    """{replica: blocks matched from the start} over what the store holds for a request's blocks.
+
+    `not_before`: per replica, the time (ms) it last started: anything sent before is gone."""
     horizon = now - int(ttl_s * 1000)
+    starts = not_before or {}
     best: dict[str, int] = {}
     for depth, served in enumerate(blocks, start=1):
         for replica, stamp in served.items():
             try:
-                fresh = int(stamp) >= horizon
+                fresh = int(stamp) >= max(horizon, starts.get(replica, 0))
             except ValueError:
                 continue
             if fresh:
@@ -113,6 +117,19 @@ class PrefixIndex:
                     row[replica] = stamp
             out.append(row)
         return tuple(out)
+
+    def forget_local(self, hashes: Sequence[str], replica: str) -> None:
+        """Drops `replica` from the overlay's entries of `hashes`."""
+        for h in hashes:
+            entry = self.local.get(h)
+            if entry is not None:
+                entry.pop(replica, None)
+
+    async def forget(self, hashes: Sequence[str], replica: str) -> None:
+        """The replica does not hold these blocks (its response said so): drop them, here and in the store."""
+        self.forget_local(hashes, replica)
+        if hashes:
+            await self.store.hbatch([("del", KEY_PREFIX + h, [replica]) for h in hashes], self.ttl_s)
 
     async def record(self, hashes: Sequence[str], replica: str, seen: Sequence[Mapping[str, bytes]] = ()) -> int:
         """Marks `replica` as holding every block; skips blocks marked for it in the last quarter TTL.

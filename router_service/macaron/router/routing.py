@@ -6,7 +6,9 @@
 2. the fast classifier (skipped when forced, or inside a tool loop of a live session),
 3. the decision pipeline of `decision.py`, and the judge when the classifier is unsure,
 4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
-   hashed into blocks; one store read (load + blocks) fills the snapshot; the policy's profile
+   hashed into character blocks (the approximate index) and tokenized into token blocks (the
+   KV-cache index the engines' own events fill, kv_index/); one placement-store read (load,
+   both indexes) fills the snapshot, with each replica's adapter residency; the policy's profile
    picks the replica,
 4b. the adapter version (macaron.lifecycle): the four version states come in the session
    read's own store round trip (no extra one); a session keeps its version, a new one may draw
@@ -16,17 +18,19 @@
    session and the blocks are written to the store in the background, off the path to that
    token, and only for requests that were actually served.
 
-Every store call goes through the `GatedStore`, so a dead Redis costs nothing per request:
-the route is then decided by the classifier alone, without session or affinity.
+Every store call goes through a `GatedStore`, so a dead Redis costs nothing per request: the
+route is then decided by the classifier alone, without session or affinity. Sessions and version
+states live on the state store, placement state on its own (evictable) one (`cache_store`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from macaron.discovery import DiscoveryError, ReplicaSource, normalize_url
 from macaron.lifecycle.assign import VersionChoice
@@ -46,7 +50,11 @@ from macaron.router.decision import (
     newest_user_words,
     tool_loop_open,
 )
+from macaron.kv_events.wire import lora_id_for
 from macaron.router.judge import Judge
+from macaron.router.kv_index.index import KVIndexWriter
+from macaron.router.kv_index.keys import block_keys_of_tokens
+from macaron.router.kv_index.subscriber import KVEventFollower
 from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
@@ -119,6 +127,12 @@ class Route:
     """The adapter version that serves the request ("" is the unversioned adapter)."""
     version_reason: str = "stable"
     canary: bool = False
+    predicted_cached_tokens: int = 0
+    """Prompt tokens the index expected the chosen replica to serve from its cache."""
+    index_source: str = "none"
+    """Where that prediction came from: engine (KV-cache events), approximate, or none."""
+    approx_age_ms: int = 0
+    """Approximate index: age of the deepest block it matched on the chosen replica."""
     _release: Any = field(default=None, repr=False)
     _commit: Any = field(default=None, repr=False)
 
@@ -159,6 +173,7 @@ class RoutingCore:
         settings: RouterSettings,
         *,
         store: GatedStore,
+        cache_store: GatedStore | None = None,
         profiles: Mapping[str, PromptProfileLike],
         adapters: Mapping[str, AdapterRef],
         tokenizer: Any,
@@ -170,9 +185,12 @@ class RoutingCore:
         policy: str | None = None,
         versions: VersionRuntime | None = None,
         engine_api_key: str | None = None,
+        server_info: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
+        self.cache_store = cache_store if cache_store is not None else store
+        """Placement state (index, affinity, load): evictable, apart from sessions and limits when configured so."""
         self.profiles = profiles
         self.adapters = adapters
         self.tokenizer = tokenizer
@@ -185,10 +203,10 @@ class RoutingCore:
         self.decision_policy = DecisionPolicy(settings.switch_threshold, settings.judge_threshold,
                                               settings.switch_min_words, settings.switch_margin)
         self.sessions = SessionStore(store, settings.session_ttl_s)
-        self.prefix_index = PrefixIndex(store, settings.prefix_ttl_s)
-        self.tracker = LoadTracker(store, router_id, heartbeat_s=settings.load_heartbeat_s,
+        self.prefix_index = PrefixIndex(self.cache_store, settings.prefix_ttl_s)
+        self.tracker = LoadTracker(self.cache_store, router_id, heartbeat_s=settings.load_heartbeat_s,
                                    stale_s=settings.load_stale_s)
-        self.snapshots = SnapshotReader(store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
+        self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
                                         index=self.prefix_index)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
@@ -196,6 +214,12 @@ class RoutingCore:
             {n: SpecialistState.initial(n, a.name, a.version) for n, a in adapters.items()},
             self.replicas, router_id, engine_api_key=engine_api_key,
         )
+        kv = settings.kv_events
+        self.kv_writer = KVIndexWriter(self.cache_store, block_size=kv.block_size, entry_ttl_s=kv.entry_ttl_s)
+        self.kv_follower: KVEventFollower | None = None
+        if kv.enabled and discovery is not None and self.policy == "prefix_affinity":
+            self.kv_follower = KVEventFollower(kv, self.kv_writer, self.replicas, server_info or self._server_info,
+                                               on_plain=self._plain_replica)
         self._background: set[asyncio.Task[Any]] = set()
         self._canaries: dict[str, str] = {}
 
@@ -204,8 +228,21 @@ class RoutingCore:
     async def start(self) -> None:
         self.tracker.start()
         await self.versions.start()
+        if self.kv_follower is not None:
+            self.kv_follower.start()
+
+    async def _server_info(self, replica: str) -> dict[str, Any]:
+        info = await self.versions.engines.get(replica).server_info(timeout=self.settings.kv_events.timeout_s)
+        return info.model_dump()
+
+    def _plain_replica(self, replica: str, started_at: float | None) -> None:
+        """A replica without KV-cache events: the approximate index forgets what was sent before it started."""
+        if started_at is not None:
+            self.snapshots.started_ms[replica] = int(started_at * 1000)
 
     async def aclose(self) -> None:
+        if self.kv_follower is not None:
+            await self.kv_follower.aclose()
         if self._background:
             await asyncio.wait(self._background, timeout=2.0)
         await self.tracker.stop()
@@ -312,21 +349,38 @@ class RoutingCore:
 
     # ------------------------------------------------------------ placing
 
-    def prompt_blocks(self, chat: ChatRequest, specialist: str, version: str | None = None) -> tuple[str, ...]:
-        """The chained block hashes of the prompt the specialist will send (empty if it cannot render)."""
+    def prompt_text(self, chat: ChatRequest, specialist: str) -> str | None:
+        """The prompt the specialist will send (None if it cannot be rendered)."""
         profile = self.profiles.get(specialist)
         if profile is None or self.tokenizer is None:
-            return ()
+            return None
         try:
-            text = render(chat, profile, self.tokenizer)
+            return render(chat, profile, self.tokenizer)
         except Exception as exc:  # noqa: BLE001 - the specialist will report a bad request itself
             log.debug("cannot render the prompt for affinity: %s", exc)
+            return None
+
+    def engine_adapter(self, specialist: str, version: str | None = None) -> str:
+        """The adapter's name on the engines (`code@v3`): the approximate index's seed, the KV index's lora_id."""
+        ref = self.adapters[specialist]
+        return ref.seed if version is None else adapter_seed(ref.name, version)
+
+    def prompt_blocks(self, chat: ChatRequest, specialist: str, version: str | None = None) -> tuple[str, ...]:
+        """The chained block hashes of the prompt the specialist will send (empty if it cannot render)."""
+        text = self.prompt_text(chat, specialist)
+        if text is None:
             return ()
         s = self.settings
-        ref = self.adapters[specialist]
-        seed = ref.seed if version is None else adapter_seed(ref.name, version)
-        return tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=seed,
+        return tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=self.engine_adapter(specialist, version),
                                   max_blocks=s.prefix_max_blocks))
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        """The prompt's token ids as the specialist sends them (no special tokens added)."""
+        try:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot: no KV-index lookup
+            log.debug("cannot tokenize the prompt for the KV index: %s", exc)
+            return []
 
     async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
                     replicas: Sequence[str], version: str | None = None,
@@ -346,12 +400,31 @@ class RoutingCore:
             if wanted not in replicas:
                 raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not a discovered base-group replica")
             return wanted, None, None, preq
-        hashes = self.prompt_blocks(req.chat, decision.specialist, version) if self.policy == "prefix_affinity" else ()
+        s = self.settings
+        hashes: tuple[str, ...] = ()
+        kv_keys: tuple[str, ...] = ()
+        n_tokens = n_chars = 0
+        adapter = self.engine_adapter(decision.specialist, version)
+        text = self.prompt_text(req.chat, decision.specialist) if self.policy == "prefix_affinity" else None
+        if text is not None:
+            hashes = tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=adapter,
+                                        max_blocks=s.prefix_max_blocks))
+            n_chars = len(text)
+            tokens = self.prompt_tokens(text)
+            n_tokens = len(tokens)
+            if self.kv_follower is not None and tokens:
+                kv_keys = tuple(block_keys_of_tokens(tokens, block_size=s.kv_events.block_size,
+                                                     lora_id=lora_id_for(adapter), max_blocks=s.kv_events.max_blocks))
         # ties (nothing cached anywhere yet) go by the prompt's head, so requests sharing a system
         # prompt meet on one replica even before the index has them; else by session, else request
         tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
-        preq = PlacementRequest(decision.specialist, hashes, preq.session_replica, tie_key)
+        preq = PlacementRequest(decision.specialist, hashes, preq.session_replica, tie_key, kv_keys=kv_keys,
+                                prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,
+                                block_chars=s.prefix_block_chars, adapter=adapter)
         snapshot = await self.snapshots.read(preq, with_load=self.policy != "round_robin")
+        if self.policy == "prefix_affinity":
+            inventory = self.versions.inventory
+            snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, adapter) for r in replicas})
         placement = self.profile.run(preq, replicas, snapshot)
         return placement.replica, placement, snapshot, preq
 
@@ -390,8 +463,13 @@ class RoutingCore:
         m.placements.labels(self.policy, replica).inc()
         if placement is not None and placement.guarded:
             m.balance_overrides.inc()
-        if snapshot is not None and snapshot.total_blocks:
-            m.prefix_match.observe(snapshot.prefix.get(replica, 0) / snapshot.total_blocks)
+        if snapshot is not None and (snapshot.total_blocks or preq.kv_keys):
+            m.prefix_match.observe(snapshot.prefix_share.get(replica, 0.0))
+        if snapshot is not None:
+            route.predicted_cached_tokens = snapshot.predicted_tokens.get(replica, 0)
+            route.index_source = ("engine" if replica in snapshot.precise
+                                  else "approximate" if replica in snapshot.predicted_tokens else "none")
+            route.approx_age_ms = snapshot.approx_age_ms.get(replica, 0)
         self.tracker.begin(replica)
 
         def release() -> None:
@@ -402,6 +480,19 @@ class RoutingCore:
         if preq.block_hashes:  # this router sees it at once; the store after the first chunk
             self.prefix_index.remember(preq.block_hashes, replica)
         return route
+
+    def observe_cached(self, route: Route, cached_tokens: int) -> bool | None:
+        """The engine's own `cached_tokens` for a routed request: counts the index's over-claims, and teaches
+        the approximate index's capacity model. Returns whether the index over-claimed (None: no prediction)."""
+        if route.replica is None or route.index_source == "none":
+            return None
+        over = route.predicted_cached_tokens > cached_tokens
+        self.metrics.index_predictions.labels(route.index_source).inc()
+        if over:
+            self.metrics.index_overclaims.labels(route.index_source).inc()
+        if route.index_source == "approximate" and route.predicted_cached_tokens > 0:
+            self.snapshots.learn(route.replica, age_ms=route.approx_age_ms, overclaimed=over)
+        return over
 
     def _publish_share(self, specialist: str, state: SpecialistState) -> None:
         previous = self._canaries.get(specialist)
@@ -424,13 +515,11 @@ class RoutingCore:
                 preq: PlacementRequest, snapshot: Snapshot | None, version: str = "") -> None:
         if preq.block_hashes and replica:
             self.prefix_index.remember(preq.block_hashes, replica)
-        if self.store.degraded:
-            return
-        if req.session_id:
+        if req.session_id and not self.store.degraded:
             turns = (session.turns if session else 0) + 1
             view = SessionView(decision.specialist, version, replica or "", turns)
             self._spawn(self.sessions.put(req.owner, req.session_id, view))
-        if preq.block_hashes and replica:
+        if preq.block_hashes and replica and not self.cache_store.degraded:
             seen = snapshot.blocks_seen if snapshot is not None else ()
             self._spawn(self.prefix_index.record(preq.block_hashes, replica, seen))
 

@@ -20,7 +20,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
     add_model_args(parser, RouterSettings)
     parser.add_argument("--redis-url", dest="redis_url", default=argparse.SUPPRESS,
-                        help="Redis for sessions, affinity, load and limits (redis_url); empty: in-process store.")
+                        help="Redis for sessions, limits and versions (redis_url); empty: in-process store.")
+    parser.add_argument("--cache-redis-url", dest="cache_redis_url", default=argparse.SUPPRESS,
+                        help="Redis for placement state: KV-cache index, affinity, load (cache_redis_url); "
+                        "empty: the redis_url server.")
     parser.set_defaults(func=run_serve)
     return parser
 
@@ -36,6 +39,8 @@ def run_serve(args: argparse.Namespace) -> int:
         overrides["router"] = router
     if getattr(args, "redis_url", None):
         overrides["redis_url"] = args.redis_url
+    if getattr(args, "cache_redis_url", None):
+        overrides["cache_redis_url"] = args.cache_redis_url
     try:
         settings = load_settings(getattr(args, "config", None), overrides=overrides)
     except (ConfigError, ValueError) as exc:

@@ -89,6 +89,7 @@ class RouterServer:
         settings: MacaronSettings,
         *,
         store: Store | None = None,
+        cache_store: Store | None = None,
         classifier: ClassifierLike | None = UNSET,
         tokenizer: Any = None,
         discovery: ReplicaSource | None = None,
@@ -109,6 +110,12 @@ class RouterServer:
         backend = store if store is not None else open_store(settings.redis_url, timeout_s=settings.store_timeout_s)
         self.store = GatedStore(backend, retry_s=rs.store_retry_s, on_change=self._store_changed,
                                 on_error=self.metrics.store_errors.inc)
+        # Placement state (index, affinity, load) is evictable churn: its own store and breaker, so it can
+        # never evict a session or a rate-limit window, and a full cache server degrades placement alone.
+        if cache_store is None:
+            cache_store = open_store(settings.cache_redis_url or settings.redis_url, timeout_s=settings.store_timeout_s,
+                                     key_prefix="macaron:placement:")
+        self.cache_store = GatedStore(cache_store, retry_s=rs.store_retry_s, on_error=self.metrics.store_errors.inc)
         dev_mode = resolve_dev_mode(settings.auth, self.host)
         internal_token = require_internal_token(settings.auth.internal_token_value, self.host, "router")
         self.guard = Guard(settings.auth, self.store, dev_mode=dev_mode)
@@ -125,6 +132,7 @@ class RouterServer:
         self.core = RoutingCore(
             rs,
             store=self.store,
+            cache_store=self.cache_store,
             profiles=profiles,
             adapters=adapters,
             tokenizer=tokenizer,
@@ -203,6 +211,7 @@ class RouterServer:
         await self.core.aclose()
         await self.forwarder.close()
         await self.store.close()
+        await self.cache_store.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None

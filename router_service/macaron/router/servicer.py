@@ -184,6 +184,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             span.set_attribute("usage.prompt_tokens", usage.prompt_tokens)
             span.set_attribute("usage.completion_tokens", usage.completion_tokens)
             span.set_attribute("usage.cached_tokens", usage.cached_tokens)
+            if code == grpc.StatusCode.OK:  # the engine's own count checks (and teaches) the prefix index
+                self.core.observe_cached(route, usage.cached_tokens)
             if timing.first_token is not None and usage.completion_tokens > 1:
                 m.version_tpot.labels(name, label).observe((end - timing.first_token) / (usage.completion_tokens - 1))
         self.core.versions.finished(name, route.version, code=code.name, ttft_s=ttft)
@@ -230,6 +232,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             forward.specialist = KIND_BY_NAME[d.specialist]
             forward.route.CopyFrom(decision_to_proto(d, adapter=route.adapter, version=route.version))
             forward.route.route_ms = route.route_ms  # the specialist passes it on: callers see what routing cost
+            forward.route.predicted_cached_tokens = route.predicted_cached_tokens
             forward.engine_replica_hint = route.replica or ""
             remaining = context.time_remaining()
             timeout = self.default_timeout_s if remaining is None else remaining

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from macaron.auth.settings import ClientTlsSettings, ServerTlsSettings
 from macaron.discovery import DiscoverySettings
 from macaron.discovery_k8s import EndpointSliceSettings
+from macaron.router.kv_index.settings import KVIndexSettings
 from macaron.lifecycle.settings import LifecycleSettings
 from macaron.ports import ROUTER_PORT
 
@@ -41,7 +42,16 @@ class PlacementWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prefix: float = Field(3.0, description="Weight of the longest cached prefix (matched blocks / prompt blocks).")
+    prefix: float = Field(
+        3.0,
+        description="Weight of the longest cached prefix (matched blocks / prompt blocks): from the engines' own "
+        "KV-cache events where a replica publishes them, else from the approximate index of what was sent there.",
+    )
+    adapter: float = Field(
+        0.5,
+        description="Weight of adapter residency: 1 where the engine lists the request's adapter version as loaded, "
+        "0.5 where it could not be read, 0 where it is not loaded (it would have to be loaded first).",
+    )
     home: float = Field(
         1.5,
         description="Weight of the prompt head's home replica (a rendezvous hash of the first block): routers "
@@ -121,7 +131,15 @@ class RouterSettings(BaseModel):
     )
     prefix_max_blocks: int = Field(128, description="Most blocks of a prompt hashed and looked up (its head).")
     prefix_ttl_s: float = Field(
-        600.0, description="Seconds a block is remembered on the replica that served it (about the engine cache's life)."
+        600.0,
+        description="Approximate index (replicas without KV-cache events): seconds a block is remembered on the "
+        "replica it was sent to; a restart of that replica (a new start time in its server info) and a response "
+        "reporting fewer cached tokens than predicted forget it sooner.",
+    )
+    kv_events: KVIndexSettings = Field(
+        default_factory=KVIndexSettings,
+        description="The KV-cache index: the engines' own events of what their prefix caches hold, shared in the "
+        "placement store.",
     )
     balance_abs_threshold: int = Field(
         8,

@@ -15,6 +15,7 @@ import time
 from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
 
 from macaron.store import RateLimitResult, Store, StoreUnavailableError
+from macaron.store.base import HashOp
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -108,6 +109,9 @@ class GatedStore:
 
     async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
         return await self._call(lambda: self.store.hgetall_many(keys))
+
+    async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
+        await self._call(lambda: self.store.hbatch(ops, ttl_s))
 
     async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
         return await self._call(lambda: self.store.hincrby(key, field, amount, ttl_s))

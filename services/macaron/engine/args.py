@@ -84,6 +84,12 @@ class EngineArgs(BaseModel):
         "that gather was most of a decode step). Memory: up to this many extra tokens of KV, held only "
         "while such rows run (reported as kv_copy_bytes). Default: max_total_tokens; 0 turns them off.",
     )
+    kv_events_config: str | None = Field(
+        None,
+        description="Publish KV-cache events (blocks stored, removed, cache cleared) over ZeroMQ, as SGLang's "
+        "`--kv-events-config`: JSON such as '{\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\"}' "
+        "(SGLang's message format; routers index what each engine really caches). Empty: no events.",
+    )
     chunked_prefill_size: int = Field(512, description="Most prompt tokens prefilled in one engine step.")
     max_new_tokens_limit: int = Field(4096, description="Largest max_new_tokens a request may ask for.")
     # --- API behaviour ---

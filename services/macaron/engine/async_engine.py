@@ -81,6 +81,7 @@ class AsyncLLMEngine:
         self._wake.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+        self.engine.close()
         for rid, stream in list(self._streams.items()):
             stream._put(abort_output(rid, "the engine is shutting down"))
         self._streams.clear()
@@ -184,6 +185,11 @@ class AsyncLLMEngine:
 
         await self._call(command)
         await asyncio.wrap_future(done)
+
+    def kv_events_endpoint(self) -> str | None:
+        """Where this engine publishes KV-cache events (the bound address), None when it does not."""
+        publisher = self.engine.kv_events
+        return publisher.endpoint if publisher is not None else None
 
     def loaded_adapters(self) -> dict[str, str]:
         return {name: a.path for name, a in list(self.engine.lora.adapters.items()) if not a.unloading}

@@ -5,6 +5,10 @@ token ids, so one hash names a whole prefix under one adapter: a LoRA on k/v cha
 so one adapter's blocks are never reused by another adapter or by the base. A hit is confirmed
 by comparing token ids. Freed blocks keep their hash and can be revived until they are reused;
 the free list is LRU (blocks freed last are reused last, and a sequence frees its tail first).
+
+With `events` on, every block that gets a hash is reported as BlockStored (its parent, tokens and
+adapter's `lora_id`) and every hashed block that is reused for something else as BlockRemoved,
+in SGLang's KV-event format (macaron.kv_events); the engine publishes them once per step.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from macaron.engine.sequence import Sequence
+from macaron.kv_events.wire import BlockRemoved, BlockStored, Event, lora_id_for
 
 
 def compute_block_hash(token_ids: list[int], prev_hash: int, adapter_key: str) -> int:
@@ -45,8 +50,10 @@ class Block:
 class BlockManager:
     """Owns `num_blocks` blocks of `block_size` token slots; the runner owns the tensors."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, *, events: bool = False) -> None:
         assert num_blocks > 0 and block_size > 0
+        self.events: list[Event] | None = [] if events else None
+        """KV-cache events since the last `take_events()` (None: not recorded)."""
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block_id: dict[int, int] = {}
@@ -88,11 +95,20 @@ class BlockManager:
         return fresh + revived <= self.num_free_blocks
 
     # --- allocation ------------------------------------------------------------------------
+    def take_events(self) -> list[Event]:
+        """The events recorded since the last call (empty when events are off)."""
+        if not self.events:
+            return []
+        out, self.events = self.events, []
+        return out
+
     def _take_free_block(self) -> int:
         block_id, _ = self.free_block_ids.popitem(last=False)
         block = self.blocks[block_id]
         if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
             del self.hash_to_block_id[block.hash]
+            if self.events is not None:
+                self.events.append(BlockRemoved([block.hash]))
         block.reset()
         self.used_block_ids.add(block_id)
         return block_id
@@ -146,7 +162,11 @@ class BlockManager:
             tokens = seq.token_ids[i * bs : (i + 1) * bs]
             block.hash = compute_block_hash(tokens, prev, seq.adapter_key)
             block.token_ids = tokens
+            replaced = self.hash_to_block_id.get(block.hash)
             self.hash_to_block_id[block.hash] = block.block_id
+            if self.events is not None and replaced is None:  # a duplicate of a cached block is no news
+                self.events.append(BlockStored([block.hash], prev if i > 0 else None, list(tokens), bs,
+                                               lora_id_for(seq.adapter.name) if seq.adapter is not None else None))
 
     def check_invariants(self) -> None:
         """Asserts the bookkeeping is consistent (tests call this after every step)."""

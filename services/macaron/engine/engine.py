@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from macaron.engine.protocol import EngineStats, GenerateRequest, InvalidRequest
 from macaron.engine.sampler import Sampler
 from macaron.engine.scheduler import Scheduler
 from macaron.engine.sequence import Sequence
+from macaron.kv_events.publisher import ZmqEventPublisher
+from macaron.kv_events.wire import AllBlocksCleared, KVEventBatch, KVEventsConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -69,7 +72,10 @@ class LLMEngine:
         self.context_length = args.context_length or shape.max_position_embeddings
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_token_ids = _eos_ids(model_dir, self.tokenizer)
-        self.block_manager = BlockManager(num_blocks, args.kv_block_size)
+        self.kv_events = _kv_event_publisher(args.kv_events_config)
+        self.block_manager = BlockManager(num_blocks, args.kv_block_size, events=self.kv_events is not None)
+        if self.kv_events is not None:  # a (re)started engine holds nothing: subscribers drop what they knew
+            self.kv_events.publish(KVEventBatch(time.time(), [AllBlocksCleared()]))
         self.lora = LoRAManager(
             shape,
             dtype=self.dtype,
@@ -166,7 +172,17 @@ class LLMEngine:
             elif should_emit(seq):
                 outputs.append(make_output(seq))
         self.counters.steps += 1
+        if self.kv_events is not None:
+            events = self.block_manager.take_events()
+            if events:
+                self.kv_events.publish(KVEventBatch(time.time(), events))
         return outputs
+
+    def close(self) -> None:
+        """Stops the KV-event publisher (the engine itself holds nothing else to release)."""
+        if self.kv_events is not None:
+            self.kv_events.close()
+            self.kv_events = None
 
     def _finish(
         self, seq: Sequence, reason: dict[str, Any], text: str | None = None, aborted: bool = False
@@ -255,6 +271,21 @@ class LLMEngine:
 
 
 SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _kv_event_publisher(config_json: str | None) -> ZmqEventPublisher | None:
+    """The publisher `--kv-events-config` asks for (None when empty or publisher "null")."""
+    if not config_json:
+        return None
+    try:
+        config = KVEventsConfig.from_cli(config_json)
+    except ValueError as exc:
+        raise ValueError(f"kv_events_config is not valid JSON of SGLang's KV-events config: {exc}") from exc
+    if config.publisher == "null":
+        return None
+    if config.publisher != "zmq":
+        raise ValueError(f"kv_events_config: unknown publisher {config.publisher!r}; use 'zmq' or 'null'")
+    return ZmqEventPublisher(config)
 
 
 def resolve_device(name: str) -> torch.device:

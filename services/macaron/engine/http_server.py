@@ -311,6 +311,8 @@ class EngineServer:
             "version": _version(),
             "sglang_api_version": SGLANG_RELEASE,
             "frontend": "macaron-embedded",
+            # the bound address (the real port behind a wildcard): routers subscribe to it
+            "kv_events_endpoint": getattr(self.engine, "kv_events_endpoint", lambda: None)(),
         }
 
     def models(self) -> dict[str, Any]:

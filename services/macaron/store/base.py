@@ -9,7 +9,10 @@ both implementations pass the same contract tests (tests/store/).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Literal, Mapping, Protocol, Sequence, Union
+
+HashOp = tuple[Literal["set", "del"], str, Union[Mapping[str, bytes], Sequence[str]]]
+"""One write of Store.hbatch."""
 
 
 class StoreUnavailableError(ConnectionError):
@@ -45,6 +48,11 @@ class Store(Protocol):
 
     async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
         """Every field of each hash, in one round trip; {} for a missing key."""
+        ...
+
+    async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
+        """Applies hash writes in order, in one round trip: ("set", key, {field: value}) sets fields and
+        (re)sets the key's TTL; ("del", key, [field, ...]) deletes fields (the key goes with its last one)."""
         ...
 
     async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:

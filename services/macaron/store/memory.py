@@ -10,7 +10,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
-from macaron.store.base import RateLimitResult
+from macaron.store.base import HashOp, RateLimitResult
 
 
 class MemoryStore:
@@ -74,6 +74,18 @@ class MemoryStore:
             value = self._live(key)
             out.append(dict(value) if isinstance(value, dict) else {})
         return out
+
+    async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
+        for kind, key, what in ops:
+            if kind == "set":
+                await self.hset(key, what, ttl_s)  # type: ignore[arg-type]
+                continue
+            current = self._live(key)
+            if isinstance(current, dict):
+                for name in what:
+                    current.pop(name, None)  # type: ignore[call-overload]
+                if not current:
+                    await self.delete(key)
 
     async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
         current = self._live(key)

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Mapping, Sequence, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from macaron.store.base import RateLimitResult, StoreUnavailableError
+from macaron.store.base import HashOp, RateLimitResult, StoreUnavailableError
 
 T = TypeVar("T")
 
@@ -105,6 +105,22 @@ class RedisStore:
 
         results = await self._call(run())
         return [{k.decode(): v for k, v in r.items()} for r in results]
+
+    async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
+        if not ops:
+            return
+
+        async def run() -> Any:
+            pipe = self._redis.pipeline(transaction=False)
+            for kind, key, what in ops:
+                if kind == "set":
+                    pipe.hset(self._k(key), mapping=dict(what))  # type: ignore[arg-type]
+                    pipe.pexpire(self._k(key), _ms(ttl_s))
+                elif what:
+                    pipe.hdel(self._k(key), *what)
+            return await pipe.execute()
+
+        await self._call(run())
 
     async def hincrby(self, key: str, field: str, amount: int, ttl_s: float) -> int:
         async def run() -> list[Any]:

@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from typing import Mapping
 
+from macaron.router.kv_index.index import EPOCH_KEY, matched_depths
+from macaron.router.kv_index.keys import KEY_PREFIX as KV_PREFIX
 from macaron.router.placement.types import PlacementRequest, Snapshot
 from macaron.router.prefix_index import PrefixIndex, block_keys, matched_blocks, now_ms
 from macaron.store import Store, StoreUnavailableError
@@ -22,6 +24,13 @@ from macaron.store import Store, StoreUnavailableError
 log = logging.getLogger(__name__)
 LOAD_KEY = "load"
 HEARTBEAT_FIELD = "@"
+
+
+def _stamp(value: bytes | None) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0
 
 
 class LoadTracker:
@@ -123,6 +132,27 @@ class SnapshotReader:
         self.index = index
         """Its in-process overlay is merged into what the store says (and used alone while it is down)."""
         self._down: dict[str, float] = {}
+        self.started_ms: dict[str, int] = {}
+        """When each replica without KV-cache events last started (ms): the approximate index forgets older entries."""
+        self.retention_ms: dict[str, int] = {}
+        """Per replica without KV-cache events, how long it is believed to keep a prefix: its capacity model,
+        learned from the cached_tokens its responses report (see `learn`)."""
+
+    def _not_before(self, now: int) -> dict[str, int]:
+        out = dict(self.started_ms)
+        for r, keep in self.retention_ms.items():
+            out[r] = max(out.get(r, 0), now - keep)
+        return out
+
+    def learn(self, replica: str, *, age_ms: int, overclaimed: bool) -> None:
+        """Feedback from one response: an over-claim at `age_ms` means the replica keeps prefixes less long
+        than that (its cache is smaller than what it was sent); a right claim lets the belief grow back."""
+        ttl_ms = int(self.prefix_ttl_s * 1000)
+        current = self.retention_ms.get(replica, ttl_ms)
+        if overclaimed:
+            self.retention_ms[replica] = max(1000, min(current, int(age_ms * 0.8)))
+        elif age_ms >= current * 0.5:
+            self.retention_ms[replica] = min(ttl_ms, int(current * 1.1) + 1000)
 
     def mark_down(self, replica: str, cooldown_s: float = 5.0) -> None:
         """This router saw `replica` fail: the healthy filter skips it for `cooldown_s`."""
@@ -135,25 +165,55 @@ class SnapshotReader:
         return frozenset(self._down)
 
     async def read(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot:
-        keys = ([LOAD_KEY] if with_load else []) + block_keys(request.block_hashes)
+        """Load, the KV-cache index's epochs and blocks, and the approximate index's blocks: one round trip."""
+        hashes, kv = request.block_hashes, request.kv_keys
+        head = ([LOAD_KEY] if with_load else []) + ([EPOCH_KEY] if kv else [])
+        keys = head + block_keys(hashes) + [KV_PREFIX + k for k in kv]
         if not keys:
             return Snapshot(down=self.down())
-        hashes = request.block_hashes
         now = now_ms()
         try:
             rows = await self.store.hgetall_many(keys)
         except StoreUnavailableError:
             local = {r: n for r, n in self.tracker.local.items() if n}
             known = self.index.overlay(hashes, ()) if self.index is not None else ()
-            return Snapshot(load=local, prefix=matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s),
-                            total_blocks=len(hashes), down=self.down(), degraded=True)
+            approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
+            share, predicted = self._estimates(request, approx, {})
+            return Snapshot(load=local, prefix=approx, total_blocks=len(hashes), down=self.down(), degraded=True,
+                            prefix_share=share, predicted_tokens=predicted)
         load = self.tracker.merge(rows[0], now) if with_load else {}
-        stored = tuple(rows[1:] if with_load else rows)
+        epochs = rows[len(head) - 1] if kv else {}
+        stored = tuple(rows[len(head): len(head) + len(hashes)])
+        kv_rows = rows[len(head) + len(hashes):]
         known = self.index.overlay(hashes, stored) if self.index is not None else stored
+        approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
+        precise = matched_depths(kv_rows, epochs) if kv else {}
+        share, predicted = self._estimates(request, approx, precise)
+        ages = {r: now - _stamp(known[n - 1].get(r)) for r, n in approx.items() if r not in precise and n}
         return Snapshot(
             load=load,
-            prefix=matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s),
+            prefix={**{r: n for r, n in approx.items() if r not in precise}, **precise},
             total_blocks=len(hashes),
             down=self.down(),
             blocks_seen=stored,
+            precise=frozenset(precise),
+            prefix_share=share,
+            predicted_tokens=predicted,
+            approx_age_ms=ages,
         )
+
+    @staticmethod
+    def _estimates(request: PlacementRequest, approx: Mapping[str, int], precise: Mapping[str, int]
+                   ) -> tuple[dict[str, float], dict[str, int]]:
+        """Share of the prompt and cached tokens each replica is expected to hold."""
+        share: dict[str, float] = {}
+        predicted: dict[str, int] = {}
+        if request.block_hashes:
+            for r, n in approx.items():
+                share[r] = n / len(request.block_hashes)
+                chars = n * request.block_chars
+                predicted[r] = (request.prompt_tokens * chars // request.prompt_chars) if request.prompt_chars else 0
+        for r, n in precise.items():
+            share[r] = n / len(request.kv_keys) if request.kv_keys else 0.0
+            predicted[r] = n * request.block_tokens
+        return share, predicted

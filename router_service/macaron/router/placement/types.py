@@ -29,6 +29,16 @@ class PlacementRequest:
     """The replica the session's previous turn went to."""
     tie_key: str = ""
     """Stable text (session, prompt head) that breaks ties the same way on every router replica."""
+    kv_keys: tuple[str, ...] = ()
+    """The prompt's token-block keys in the KV-cache index (kv_index.keys); empty when not computed."""
+    prompt_tokens: int = 0
+    prompt_chars: int = 0
+    block_tokens: int = 0
+    """Tokens per KV-cache block (what one matched kv key is worth)."""
+    block_chars: int = 0
+    """Characters per block of the approximate index."""
+    adapter: str = ""
+    """The adapter version's name on the engines (`code@v3`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +56,17 @@ class Snapshot:
     """The shared store did not answer: load is this router's own, prefix is empty."""
     blocks_seen: tuple[Mapping[str, bytes], ...] = ()
     """The store's raw entries of the request's blocks (lets the index skip fresh writes)."""
+    precise: frozenset[str] = frozenset()
+    """Replicas whose prefix comes from their own KV-cache events (the others': the approximate index)."""
+    prefix_share: Mapping[str, float] = field(default_factory=dict)
+    """Share of the prompt each replica holds: kv blocks matched / prompt kv blocks (precise replicas), or
+    approximate blocks matched / prompt blocks (the others)."""
+    predicted_tokens: Mapping[str, int] = field(default_factory=dict)
+    """Prompt tokens the index expects each replica to serve from its cache."""
+    approx_age_ms: Mapping[str, int] = field(default_factory=dict)
+    """Approximate index: age of the deepest block matched on each replica (for the capacity model's feedback)."""
+    adapter_loaded: Mapping[str, bool | None] = field(default_factory=dict)
+    """Whether each replica's engine lists the request's adapter version (None: could not be read)."""
 
 
 class Filter(Protocol):

@@ -1,8 +1,9 @@
 """Scorers of placement: each gives every replica a score in [0, 1]."""
 
+from macaron.router.placement.scorers.adapter import AdapterScorer
 from macaron.router.placement.scorers.home import PrefixHomeScorer
 from macaron.router.placement.scorers.load import LoadScorer
 from macaron.router.placement.scorers.prefix import PrefixScorer
 from macaron.router.placement.scorers.session import SessionScorer
 
-__all__ = ["LoadScorer", "PrefixHomeScorer", "PrefixScorer", "SessionScorer"]
+__all__ = ["AdapterScorer", "LoadScorer", "PrefixHomeScorer", "PrefixScorer", "SessionScorer"]

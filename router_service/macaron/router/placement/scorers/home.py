@@ -5,7 +5,9 @@ candidates gives every prompt head one "home" replica, the same on every router 
 without any shared state. It matters when the prefix index knows nothing yet (several routers
 routing the first turns of sessions that share a system prompt at the same moment): they all
 send it home instead of spreading it by load, and load is then bounded by the balance guard
-(consistent hashing with bounded load). Once blocks are recorded, the prefix scorer leads.
+(consistent hashing with bounded load). Once blocks are recorded, the prefix scorer leads; and
+once an engine's own KV-cache events say it holds part of the prompt, home stays silent (the
+engines' truth decides, not a hash of the head).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class PrefixHomeScorer:
 
     def score(self, request: PlacementRequest, replicas: Sequence[str], snapshot: Snapshot) -> dict[str, float]:
         if not request.block_hashes or not replicas:
+            return {r: 0.0 for r in replicas}
+        if any(snapshot.prefix_share.get(r, 0.0) > 0 for r in snapshot.precise if r in replicas):
             return {r: 0.0 for r in replicas}
         home = rendezvous(request.block_hashes[0], sorted(replicas))
         return {r: 1.0 if r == home else 0.0 for r in replicas}
