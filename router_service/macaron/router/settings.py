@@ -109,6 +109,11 @@ class RouterSettings(BaseModel):
     judge_max_chars: int = Field(
         1500, description="The judge sees at most this many characters of the newest user turn (its tail is cut)."
     )
+    judge_history_turns: int = Field(
+        2, ge=0, le=8,
+        description="Earlier user turns the judge sees before the newest one (each cut to a fifth of judge_max_chars), "
+        "so that a follow-up is judged in its conversation; 0 shows the newest turn alone.",
+    )
     # --- placing it on a replica ---
     policy: Policy = Field(
         "prefix_affinity",
