@@ -43,6 +43,17 @@ WRITTEN_FOLLOWUPS = (
     "that's wrong, fix it", "more detail on the last part please", "ok", "great, now make it nicer",
     "explain the first point again", "can you give me an alternative?", "do it", "rewrite it in a friendlier tone",
     "what does that mean?", "now apply it to the rest", "same thing but shorter", "go ahead", "one more time please",
+    # a second batch, in other registers (terse, polite, puzzled, corrective, with typos)
+    "hm not quite", "can u redo that", "wait, why is that?", "that's not what I asked", "good. next step?",
+    "ok but what about the second part", "you missed one", "could you put that in a table?", "expand on point 2",
+    "any other way to do this?", "shorter, and drop the intro", "now the opposite case", "fine, keep it",
+    "I still don't get it", "what would you change first?", "summarise what we have so far", "and for three of them?",
+    "sounds right, proceed", "nope, go back to the earlier one", "is there a faster way?", "add one more example",
+    "what did you assume there?", "can you list the steps?", "less formal please", "still the same problem",
+    "ok do the next one", "what's the catch?", "give me just the result", "explain it like I'm new to this",
+    "repeat the last answer but cleaner", "yes please", "how sure are you about that?", "merge both versions",
+    "drop the last item", "thx, anything else I should know?", "and in the other order?", "that helped, now the rest",
+    "can you make the second half clearer", "which of those is best?", "let's stick with the first one",
 )
 TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive")
 
