@@ -10,7 +10,7 @@ four names, greedy), twice per case, interleaved: with the newest user turn alon
 (`history_turns=0`, the judge before this benchmark) and with the earlier user turns too.
 
 Cases, both from data the deciding models never saw:
-1. single turns of the source hold-out: for each training repository, the fast and embedding
+1. single turns of the source hold-out: for six training repositories (those with the most unsure rows), the fast and embedding
    heads are fitted on the other repositories (as `macaron router train` does), and a row whose
    escalated probability stays below the judge threshold is a case;
 2. conversations of multiturn_dev.jsonl without a session (a client that sends its history but
@@ -50,8 +50,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def holdout_cases(artifact, threshold: float, per_repo: int, rng: random.Random) -> list[dict]:
-    """Unsure single turns of the source hold-out, up to `per_repo` per repository."""
+HOLD_OUT = ("ShishirPatil/gorilla", "openai/grade-school-math", "clinc/oos-eval", "InternLM/JanusCoder",
+            "chatterbot-corpus", "eg")  # the repositories with the most unsure hold-out rows
+
+
+def holdout_cases(artifact, threshold: float, per_repo: int, rng: random.Random,
+                  only: tuple[str, ...] = HOLD_OUT) -> list[dict]:
+    """Unsure single turns of the source hold-out of the repositories in `only`, up to `per_repo` each."""
     from macaron.router.classifier import holdout
     from macaron.router.classifier.data import LABELS, find_data_dir, load_jsonl
     from macaron.router.classifier.embeddings_cache import cached_embed
@@ -65,23 +70,24 @@ def holdout_cases(artifact, threshold: float, per_repo: int, rng: random.Random)
     y = np.array([LABELS.index(e.label) for e in train])
     repos = np.array([e.repository for e in train])
     vectors = cached_embed(texts)
-    oof = holdout.out_of_fold([analyze(t) for t in texts], vectors, y, repos, config, progress=log)
+    oof = holdout.out_of_fold([analyze(t) for t in texts], vectors, y, repos, config, only=only, progress=log)
     p_fast = softmax(oof.fast_logits / artifact.fast.temperature)
     p_embed = softmax(oof.embed_logits / artifact.embedding.temperature)
     escalate = p_fast.max(1) < artifact.escalation_threshold
     final = np.where(escalate[:, None], combine(p_fast, p_embed, artifact.fast_weight_when_escalated), p_fast)
     unsure = np.where(final.max(1) < threshold)[0]
-    log(f"source hold-out: {len(unsure)} of {len(y)} rows below the judge threshold {threshold}")
+    log(f"source hold-out: {len(unsure)} of {len(oof.y)} rows below the judge threshold {threshold}")
     by_repo: dict[str, list[int]] = defaultdict(list)
     for i in unsure:
-        by_repo[str(repos[i])].append(int(i))
+        by_repo[str(oof.groups[i])].append(int(i))
+    held_texts = [texts[i] for i in np.where(np.isin(repos, list(only)))[0]]
     cases = []
     for name in sorted(by_repo):
         rows = by_repo[name]
         rng.shuffle(rows)
         for i in rows[:per_repo]:
-            cases.append({"kind": "holdout", "group": name, "messages": [{"role": "user", "content": texts[i]}],
-                          "tools": None, "label": LABELS[y[i]], "classifier": LABELS[int(final[i].argmax())]})
+            cases.append({"kind": "holdout", "group": name, "messages": [{"role": "user", "content": held_texts[i]}],
+                          "tools": None, "label": LABELS[oof.y[i]], "classifier": LABELS[int(final[i].argmax())]})
     return cases
 
 
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     classifier = SpecialistClassifier.load(ClassifierSettings())
     classifier.embedder.wait()
     multi = multiturn_cases(classifier, threshold, args.cases // 3, rng)
-    single = holdout_cases(classifier.artifact, threshold, max(1, (args.cases - len(multi)) // 14), rng)
+    single = holdout_cases(classifier.artifact, threshold, max(1, (args.cases - len(multi)) // len(HOLD_OUT)), rng)
     cases = single + multi
     log(f"{len(single)} single-turn and {len(multi)} multi-turn cases")
 
