@@ -13,9 +13,11 @@ from macaron.router.classifier.train import TrainConfig, train
 
 from .conftest import subset
 
-# Floors a little under what the shipped artifact measures on its fast path (stay 0.91, continue
-# 0.98, switch 0.83, tool loop 1.0; see the README), so a regression fails and noise does not.
-MULTITURN_FAST_FLOORS = {"stay": 0.88, "continue": 0.95, "switch": 0.80, "tool_loop": 1.0}
+# Floors a little under what the shipped artifact measures on its fast path (stay 0.875, continue
+# 1.0, switch 0.81, tool loop 1.0; see the README), so a regression fails and noise does not. The
+# dev set was rebuilt with the package sources: its switches now include short chit-chat turns,
+# which pull the learned stickiness down (the previous dev set: stay 0.91 -> 0.89 on the fast path).
+MULTITURN_FAST_FLOORS = {"stay": 0.85, "continue": 0.95, "switch": 0.78, "tool_loop": 1.0}
 # Measured on these subsets: stay 0.69, continue 0.95, switch 0.81, tool loop 1.0 (the generic
 # follow-ups written for the project are one held-out group: without them stays fall to 0.34).
 HOLDOUT_FLOORS = {"stay": 0.62, "continue": 0.88, "switch": 0.75, "tool_loop": 1.0}
