@@ -1,5 +1,5 @@
 """Does the judge pay? The L0 chat adapter against the classifier's top choice, on the cases where
-the router would ask it (classifier confidence below `router.judge_threshold`).
+the router would ask it (classifier confidence below a judge threshold, 0.5 by default).
 
     python loadtest/bench_judge.py            # about 10 min on a busy 2-core machine
     python loadtest/bench_judge.py --cases 60 # shorter
@@ -156,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="Built-in model of the engine (default smollm2, the real one).")
     parser.add_argument("--cases", type=int, default=240, help="Most cases in all (default 240).")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="Judge threshold (default: router.judge_threshold of the configuration).")
+    parser.add_argument("--threshold", type=float, default=0.5,
+                        help="Classifier confidence under which a case is judged (default 0.5; the router's "
+                             "router.judge_threshold is 0, off, by default, because of what this measures).")
     parser.add_argument("--timeout", type=float, default=5.0,
                         help="Judge deadline per call in seconds (default 5: this measures answers, not deadlines).")
     parser.add_argument("--seconds", type=float, default=900.0, help="Stop asking after this long (default 900).")
@@ -168,9 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     from macaron.assets.builtin import ensure_builtin_model
     from macaron.router.classifier import ClassifierSettings, SpecialistClassifier
     from macaron.router.judge import Judge
-    from macaron.router.settings import RouterSettings
 
-    threshold = args.threshold if args.threshold is not None else RouterSettings().judge_threshold
+    threshold = args.threshold
     rng = random.Random(0)
     classifier = SpecialistClassifier.load(ClassifierSettings())
     classifier.embedder.wait()
