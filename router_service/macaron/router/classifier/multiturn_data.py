@@ -7,7 +7,7 @@ the one that should serve the new turn. Kinds:
 - `stay`: the new turn is a follow-up that carries no domain of its own ("make it shorter",
   MT-Bench's second turns, BFCL's later turns): label = the conversation's specialist;
 - `continue`: the new turn is a full request of the same domain: label = the same specialist;
-- `switch`: the new turn is a full request of another domain: label = that domain;
+- `switch`: the new turn is a full request (4 words or more) of another domain: label = that domain;
 - `tool_loop`: the new turn carries results of tools the assistant called: label = the session's
   specialist, whatever the results read like (the router never switches there).
 
@@ -56,6 +56,9 @@ WRITTEN_FOLLOWUPS = (
     "can you make the second half clearer", "which of those is best?", "let's stick with the first one",
 )
 TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive")
+# A `switch` or `continue` turn is a full request: "Hello" or "what is money" after a code conversation
+# names no domain of its own strongly enough to leave it, so such turns are not taught as switches.
+MIN_REQUEST_WORDS = 4
 
 
 def _has_tools(source: str) -> bool:
@@ -91,8 +94,11 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
     rng = random.Random(seed)
     rows = [e for e in examples if e.text]
     by_label: dict[str, list[Example]] = defaultdict(list)
+    requests: dict[str, list[Example]] = defaultdict(list)  # new turns of `switch` and `continue`
     for e in rows:
         by_label[e.label].append(e)
+        if len(e.text.split()) >= MIN_REQUEST_WORDS:
+            requests[e.label].append(e)
 
     def history(label: str) -> list[Example]:
         return rng.sample(by_label[label], rng.choice((1, 1, 2, 3)))
@@ -109,13 +115,13 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
     out: list[dict[str, Any]] = []
     for _ in range(n_switch):
         a, b = rng.sample(LABELS, 2)
-        hist, last = history(a), rng.choice(by_label[b])
+        hist, last = history(a), rng.choice(requests[b])
         tools = client_tools(*hist, last)
         messages = _history(hist) + [{"role": "user", "content": last.text}]
         out.append(_line(messages, b, session_for(a), "switch", last.source, last.extra.get("license", ""), tools))
     for _ in range(n_continue):
         a = rng.choice(LABELS)
-        hist, last = history(a), rng.choice(by_label[a])
+        hist, last = history(a), rng.choice(requests[a])
         tools = client_tools(*hist, last)
         messages = _history(hist) + [{"role": "user", "content": last.text}]
         out.append(_line(messages, a, session_for(a), "continue", last.source, last.extra.get("license", ""), tools))
