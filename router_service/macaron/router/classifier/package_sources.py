@@ -88,6 +88,8 @@ def merge(data_dir: Path, new: list[dict[str, str]], seed: int = 0) -> dict[str,
     for split in ("train", "dev"):
         kept[split] = []
         for line in (data_dir / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
             obj = json.loads(line)
             if obj["source"].split(":", 1)[0] in packages:
                 continue
@@ -105,7 +107,7 @@ def merge(data_dir: Path, new: list[dict[str, str]], seed: int = 0) -> dict[str,
         kept[split].append(json.dumps(r, ensure_ascii=False))
         counts[split] += 1
     for split, lines in kept.items():
-        (data_dir / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (data_dir / f"{split}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return counts
 
 
