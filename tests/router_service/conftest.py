@@ -65,6 +65,7 @@ def write_config(path: Path, *, engine_urls: list[str], model_dir: Path, ports: 
         specialists[name] = {"port": port, "system_prompt": SYSTEM_PROMPT}
     router = {
         "pools": {name: [f"127.0.0.1:{port}"] for name, port in ports.items()},
+        "judge_threshold": 0.5,  # off by default; these tests exercise the judge
         "judge_timeout_s": 10.0,
         "store_retry_s": 0.2,
         "load_heartbeat_s": 0.5,

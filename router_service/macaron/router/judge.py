@@ -1,7 +1,9 @@
 """The judge: when the fast classifier is unsure, the L0 chat adapter picks the specialist on the engine.
 
-One short prompt (the newest user turn, its tail cut to `judge_max_chars`, plus the names of the
-offered tools) rendered with the model's chat template, decoded under the regex
+One short prompt (the newest user turn, its tail cut to `judge_max_chars`; before it up to
+`history_turns` earlier user turns, each cut to a fifth of that, because a follow-up such as "now
+make it a web page" means nothing alone; plus the names of the offered tools) rendered with the
+model's chat template, decoded under the regex
 `(chat|agent|code|ui)` with the chat adapter, greedy, a few tokens, under `judge_timeout_s`,
 no retries. Any failure or timeout returns None and the pipeline falls back to chat.
 """
@@ -27,12 +29,16 @@ JUDGE_SYSTEM = (
 )
 
 
-def judge_prompt_messages(chat: ChatRequest, max_chars: int) -> list[dict[str, str]]:
-    """The judge's conversation: its instruction, then the newest user turn (tail-cut) and tool names."""
-    text = next((m.content for m in reversed(chat.messages) if m.role == "user"), "")
-    if not text:
-        text = chat.messages[-1].content if chat.messages else ""
+def judge_prompt_messages(chat: ChatRequest, max_chars: int, history_turns: int = 2) -> list[dict[str, str]]:
+    """The judge's conversation: its instruction, earlier user turns, the newest one (tail-cut), tool names."""
+    users = [m.content for m in chat.messages if m.role == "user" and m.content]
+    text = users[-1] if users else (chat.messages[-1].content if chat.messages else "")
     text = text[:max_chars]
+    earlier = users[:-1][-history_turns:] if history_turns > 0 else []
+    if earlier:
+        cut = max(1, max_chars // 5)
+        lines = "\n".join(f"- {t[:cut]}" for t in earlier)
+        text = f"Earlier requests in this conversation:\n{lines}\n\nNewest request (route this one):\n{text}"
     if chat.tools:
         text += "\n\n(tools offered: " + ", ".join(t.name for t in chat.tools[:16]) + ")"
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": text}]
@@ -42,8 +48,9 @@ class Judge:
     """Asks the chat adapter on one of the base-group replicas (in turn)."""
 
     def __init__(self, tokenizer: Any, lora_path: str, *, timeout_s: float, max_chars: int,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, history_turns: int = 2) -> None:
         self.api_key = api_key
+        self.history_turns = history_turns
         self.tokenizer = tokenizer
         self.lora_path = lora_path
         self.timeout_s = timeout_s
@@ -53,7 +60,7 @@ class Judge:
 
     def prompt(self, chat: ChatRequest) -> str:
         return str(self.tokenizer.apply_chat_template(
-            judge_prompt_messages(chat, self.max_chars), tokenize=False, add_generation_prompt=True
+            judge_prompt_messages(chat, self.max_chars, self.history_turns), tokenize=False, add_generation_prompt=True
         ))
 
     def _client(self, url: str) -> AsyncEngineClient:

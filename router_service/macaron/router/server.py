@@ -128,7 +128,7 @@ class RouterServer:
         profiles = {name: load_profile(settings.specialists, name) for name in SPECIALISTS}
         adapters = {n: AdapterRef(p.settings.adapter, p.settings.adapter_version or "") for n, p in profiles.items()}
         judge = Judge(tokenizer, profiles["chat"].lora_path, timeout_s=rs.judge_timeout_s, max_chars=rs.judge_max_chars,
-                      api_key=settings.engine.api_key_value)
+                      api_key=settings.engine.api_key_value, history_turns=rs.judge_history_turns)
         self.core = RoutingCore(
             rs,
             store=self.store,

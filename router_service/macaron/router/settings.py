@@ -110,14 +110,22 @@ class RouterSettings(BaseModel):
         "as 'tell me more' carry little domain) stays. 0 follows the decision's top choice exactly.",
     )
     judge_threshold: float = Field(
-        0.5,
-        description="Below this classifier confidence, the L0 chat adapter judges on the engine (0: never judge).",
+        0.0,
+        description="Below this classifier confidence, the L0 chat adapter judges on the engine (0: never judge). "
+        "Off by default: on the cases it would judge (confidence < 0.5, unseen sources and conversations), "
+        "SmolLM2's chat adapter chose right 24 % of the time against the classifier's 52 % "
+        "(loadtest/bench_judge.py); turn it on for a base model that measures better there.",
     )
     judge_timeout_s: float = Field(
         0.5, description="Deadline of the judge's engine call; on timeout or error the request goes to chat."
     )
     judge_max_chars: int = Field(
         1500, description="The judge sees at most this many characters of the newest user turn (its tail is cut)."
+    )
+    judge_history_turns: int = Field(
+        2, ge=0, le=8,
+        description="Earlier user turns the judge sees before the newest one (each cut to a fifth of judge_max_chars), "
+        "so that a follow-up is judged in its conversation; 0 shows the newest turn alone.",
     )
     # --- placing it on a replica ---
     policy: Policy = Field(

@@ -7,7 +7,7 @@ the one that should serve the new turn. Kinds:
 - `stay`: the new turn is a follow-up that carries no domain of its own ("make it shorter",
   MT-Bench's second turns, BFCL's later turns): label = the conversation's specialist;
 - `continue`: the new turn is a full request of the same domain: label = the same specialist;
-- `switch`: the new turn is a full request of another domain: label = that domain;
+- `switch`: the new turn is a full request (4 words or more) of another domain: label = that domain;
 - `tool_loop`: the new turn carries results of tools the assistant called: label = the session's
   specialist, whatever the results read like (the router never switches there).
 
@@ -43,8 +43,22 @@ WRITTEN_FOLLOWUPS = (
     "that's wrong, fix it", "more detail on the last part please", "ok", "great, now make it nicer",
     "explain the first point again", "can you give me an alternative?", "do it", "rewrite it in a friendlier tone",
     "what does that mean?", "now apply it to the rest", "same thing but shorter", "go ahead", "one more time please",
+    # a second batch, in other registers (terse, polite, puzzled, corrective, with typos)
+    "hm not quite", "can u redo that", "wait, why is that?", "that's not what I asked", "good. next step?",
+    "ok but what about the second part", "you missed one", "could you put that in a table?", "expand on point 2",
+    "any other way to do this?", "shorter, and drop the intro", "now the opposite case", "fine, keep it",
+    "I still don't get it", "what would you change first?", "summarise what we have so far", "and for three of them?",
+    "sounds right, proceed", "nope, go back to the earlier one", "is there a faster way?", "add one more example",
+    "what did you assume there?", "can you list the steps?", "less formal please", "still the same problem",
+    "ok do the next one", "what's the catch?", "give me just the result", "explain it like I'm new to this",
+    "repeat the last answer but cleaner", "yes please", "how sure are you about that?", "merge both versions",
+    "drop the last item", "thx, anything else I should know?", "and in the other order?", "that helped, now the rest",
+    "can you make the second half clearer", "which of those is best?", "let's stick with the first one",
 )
 TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive")
+# A `switch` or `continue` turn is a full request: "Hello" or "what is money" after a code conversation
+# names no domain of its own strongly enough to leave it, so such turns are not taught as switches.
+MIN_REQUEST_WORDS = 4
 
 
 def _has_tools(source: str) -> bool:
@@ -80,8 +94,11 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
     rng = random.Random(seed)
     rows = [e for e in examples if e.text]
     by_label: dict[str, list[Example]] = defaultdict(list)
+    requests: dict[str, list[Example]] = defaultdict(list)  # new turns of `switch` and `continue`
     for e in rows:
         by_label[e.label].append(e)
+        if len(e.text.split()) >= MIN_REQUEST_WORDS:
+            requests[e.label].append(e)
 
     def history(label: str) -> list[Example]:
         return rng.sample(by_label[label], rng.choice((1, 1, 2, 3)))
@@ -98,13 +115,13 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
     out: list[dict[str, Any]] = []
     for _ in range(n_switch):
         a, b = rng.sample(LABELS, 2)
-        hist, last = history(a), rng.choice(by_label[b])
+        hist, last = history(a), rng.choice(requests[b])
         tools = client_tools(*hist, last)
         messages = _history(hist) + [{"role": "user", "content": last.text}]
         out.append(_line(messages, b, session_for(a), "switch", last.source, last.extra.get("license", ""), tools))
     for _ in range(n_continue):
         a = rng.choice(LABELS)
-        hist, last = history(a), rng.choice(by_label[a])
+        hist, last = history(a), rng.choice(requests[a])
         tools = client_tools(*hist, last)
         messages = _history(hist) + [{"role": "user", "content": last.text}]
         out.append(_line(messages, a, session_for(a), "continue", last.source, last.extra.get("license", ""), tools))
