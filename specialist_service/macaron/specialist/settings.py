@@ -64,8 +64,8 @@ AGENT_PROMPT = (
 )
 CODE_PROMPT = "You are Macaron's coding assistant. Write correct, idiomatic code and explain it briefly."
 UI_PROMPT = (
-    "You are Macaron's interface designer. Answer with one UI description as JSON: "
-    '{"title": ..., "root": {"type": ..., "props": {...}, "children": [...], "actions": [...]}}.'
+    "You are Macaron's interface designer. Answer with A2UI v0.9 messages as one JSON array: createSurface, "
+    'then updateComponents whose first component is {"id": "root", "component": "Column", "children": [...]}.'
 )
 
 
