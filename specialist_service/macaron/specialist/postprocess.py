@@ -1,6 +1,6 @@
 """After the engine finished: parse tool calls, validate constrained output, hand back what fit.
 
-A forced tool call or a UI description that hit max_new_tokens is answered as OpenAI answers
+A forced tool call, a UI description or an A2UI answer that hit max_new_tokens is answered as OpenAI answers
 it: what fit (the call's partial arguments, the partial UI text) with finish reason `length`,
 never an error. A complete one that fails validation is an OutputInvalidError; JSON response
 formats are validated too (text was already streamed, so only a failure is reported). Nothing
@@ -56,6 +56,16 @@ def finish_output(
         try:
             validate_ui(text)
         except UIValidationError as exc:
+            raise OutputInvalidError(str(exc)) from exc
+        return [TextDelta(text)]
+    if plan.mode == "a2ui":
+        from macaron.a2ui.validate import A2uiOutputError, validate_a2ui
+
+        if finish.reason == "length":
+            return [TextDelta(text)]  # what fit; a complete answer needs at most macaron.a2ui.max_output_bytes() tokens
+        try:
+            validate_a2ui(text)
+        except A2uiOutputError as exc:
             raise OutputInvalidError(str(exc)) from exc
         return [TextDelta(text)]
     return []
