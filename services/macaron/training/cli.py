@@ -85,7 +85,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     chosen = {k: v for k, v in adapters.items() if k.partition("@")[0] in names}
     scores = evaluate(model_dir, chosen, [task(n) for n in names], args.per_specialist,
-                      seed=args.seed, progress=not args.quiet)
+                      seed=args.seed, progress=not args.quiet, base_arms=not args.no_base)
     print(table(scores))
     print(json.dumps(summary(scores)))
     return 0
@@ -124,4 +124,6 @@ def add_actions(commands: Any) -> None:
                    help="Adapter to judge (default: the built-in model's); several versions of one are compared in one run.")
     p.add_argument("--specialists", type=_names, default=list(ADAPTER_NAMES), help="Comma list (default: all four).")
     p.add_argument("--per-specialist", type=int, default=24, help="Held-out prompts per specialist (default 24).")
+    p.add_argument("--no-base", action="store_true",
+                   help="Only the adapters' arms (e.g. comparing two versions), not the bare base's.")
     p.set_defaults(func=_eval)

@@ -45,6 +45,7 @@ def evaluate(
     per_specialist: int = 24,
     seed: int = 0,
     progress: bool = True,
+    base_arms: bool = True,
 ) -> dict[str, dict[str, ArmScore]]:
     """{specialist: {arm: score}} for every task whose adapter is given (arms: ARMS, then `adapter@VERSION`
     for every other version of it in `adapters`)."""
@@ -53,7 +54,7 @@ def evaluate(
     plans: list[Plan] = []
     lora: list[str | None] = []
     limits: list[int] = []
-    arms_of = {task.name: _arms(task.name, adapters) for task in tasks}
+    arms_of = {task.name: _arms(task.name, adapters, base_arms) for task in tasks}
     for task in tasks:
         for index, (text, _) in enumerate(sample_prompts(task.name, per_specialist, split="dev", seed=seed)):
             tools = task.tools(text, seed=10_000 + index)
@@ -77,9 +78,9 @@ def evaluate(
     }
 
 
-def _arms(name: str, adapters: dict[str, str]) -> dict[str, str | None]:
+def _arms(name: str, adapters: dict[str, str], base_arms: bool = True) -> dict[str, str | None]:
     """{arm: engine adapter name} of one specialist: the base arms, `adapter`, then `adapter@VERSION`s."""
-    arms: dict[str, str | None] = {"base_bare": None, "base_profile": None}
+    arms: dict[str, str | None] = {"base_bare": None, "base_profile": None} if base_arms else {}
     if name in adapters:
         arms["adapter"] = name
     for key in sorted(adapters):
@@ -95,7 +96,7 @@ def summary(scores: dict[str, dict[str, ArmScore]]) -> dict[str, Any]:
         for arm, score in arms.items():
             out[f"{name}_{arm}"] = round(score.share, 3)
         for arm, score in arms.items():
-            if arm.startswith("adapter"):
+            if arm.startswith("adapter") and "base_bare" in arms:
                 out[f"{name}_{arm}_gain"] = round(score.share - arms["base_bare"].share, 3)
         out[f"{name}_n"] = next(iter(arms.values())).total
     return out
@@ -111,7 +112,8 @@ PROPERTY = {
 
 def table(scores: dict[str, dict[str, ArmScore]]) -> str:
     extra = sorted({arm for arms in scores.values() for arm in arms if arm.startswith("adapter@")})
-    columns = [*ARMS, *extra]
+    present = {arm for arms in scores.values() for arm in arms}
+    columns = [a for a in ARMS if a in present] + extra
     head = " ".join(f"{c.replace('base_profile', 'base+profile').replace('_', ' '):>13}" for c in columns)
     rows = [f"{'specialist':<10} {'property':<38} {head} {'n':>4}"]
     for name, arms in scores.items():

@@ -45,7 +45,7 @@ TEACHER_PROMPTS: dict[str, str] = {
     ),
 }
 
-MAX_NEW_TOKENS: dict[str, int] = {"chat": 160, "agent": 160, "code": 320, "ui": 640}
+MAX_NEW_TOKENS: dict[str, int] = {"chat": 160, "agent": 160, "code": 320, "ui": 480}
 _FENCE = re.compile(r"```[A-Za-z0-9_+#.-]*\n.*?```", re.DOTALL)
 
 
