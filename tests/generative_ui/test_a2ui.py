@@ -160,3 +160,17 @@ def test_constrained_decoding_always_finishes_within_the_bound(tiny_model) -> No
         jsonschema.validate(json.loads(out.text), schema)
         sizes.append(len(out.text.encode()))
     assert max(sizes) <= max_output_bytes() and len({o.text for o in outputs.values()}) > 6
+
+
+def test_serve_serves_the_newest_shipped_version_unless_one_is_configured() -> None:
+    from macaron.assets.builtin import newest_versions
+    from macaron.config import MacaronSettings
+    from macaron.serve import EmbeddedStack
+
+    shipped = {"chat": 1, "ui": 1, "ui@v2": 1, "code@v3": 1, "code@v10": 1}
+    assert newest_versions(shipped) == {"ui": "v2", "code": "v10"}
+    stack = EmbeddedStack(MacaronSettings(specialists={"code": {"adapter_version": "v3"}}))
+    stack._serve_newest_versions(newest_versions(shipped))
+    assert stack.settings.specialists.ui.adapter_version == "v2"
+    assert stack.settings.specialists.code.adapter_version == "v3"  # configured: kept
+    assert stack.settings.specialists.chat.adapter_version is None
