@@ -122,9 +122,28 @@ def test_ui_plans_a2ui_by_default_and_the_old_schema_by_name() -> None:
     stop = Finish("stop")
     (text,) = finish_output(json.dumps(LOGIN), 0, stop, ChatRequest(messages=hi), plan, ui, 4096)
     assert json.loads(text.text) == LOGIN
-    broken = json.dumps(LOGIN).replace('"child": "go_label"', '"child": "gone"')
-    with pytest.raises(OutputInvalidError, match="not valid A2UI v0.9"):
-        finish_output(broken, 0, stop, ChatRequest(messages=hi), plan, ui, 4096)
+    for broken, why in [(json.dumps(LOGIN).replace('"TextField"', '"Blink"'), "Blink"),
+                        (json.dumps(LOGIN).replace('"root"', '"main"'), "root")]:
+        with pytest.raises(OutputInvalidError, match=f"not valid A2UI v0.9.*{why}"):
+            finish_output(broken, 0, stop, ChatRequest(messages=hi), plan, ui, 4096)
+
+
+def test_pruning_keeps_the_root_tree_and_nothing_else() -> None:
+    """What the small adapter adds past its interface (repeats, strays, dangling ids) is dropped before the SDK
+    check; the tree under the root is untouched; a bare root is not an answer."""
+    messy = copy.deepcopy(LOGIN)
+    components = messy[1]["updateComponents"]["components"]
+    components[0]["children"].append("nowhere")
+    components += [{"id": "email", "component": "Text", "text": "repeat"}, {"id": "stray", "component": "Text", "text": "x"},
+                   {"id": "box", "component": "Card", "child": "missing"}]
+    with pytest.raises(A2uiOutputError, match="not valid A2UI v0.9"):
+        validate_a2ui(json.dumps(messy))
+    assert validate_a2ui(json.dumps(messy), prune=True) == LOGIN
+    assert validate_a2ui(json.dumps(LOGIN), prune=True) == LOGIN
+    lone = copy.deepcopy(LOGIN)
+    lone[1]["updateComponents"]["components"][0]["children"] = ["nowhere"]
+    with pytest.raises(A2uiOutputError, match="nowhere"):
+        validate_a2ui(json.dumps(lone), prune=True)
 
 
 def test_gateway_takes_named_formats_without_a_schema() -> None:

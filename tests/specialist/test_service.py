@@ -80,9 +80,10 @@ def test_old_ui_schema_by_response_format_always_validates(stubs) -> None:
 
 
 def test_ui_answers_are_sdk_valid_a2ui_or_refused_clearly(stubs) -> None:
-    """By default ui answers A2UI v0.9 messages the official SDK accepts; anything else is INTERNAL with
-    the SDK's reason, never a broken reply. (The tiny random model keeps the grammar but not the id
-    references, so here most answers are refused; the real model's are checked in tests/smollm2.)"""
+    """By default ui answers A2UI v0.9 messages the official SDK accepts (after pruning strays); anything
+    else is INTERNAL with the SDK's reason, never a broken reply. (The tiny random model keeps the grammar
+    but not the id references, so here most answers are refused; the real model's are checked in
+    tests/smollm2.)"""
     def one(i: int) -> Result | grpc.RpcError:
         req = request(f"Design a form number {i}.", sampling=pb.SamplingParams(seed=i, temperature=1.0))
         try:
@@ -100,7 +101,6 @@ def test_ui_answers_are_sdk_valid_a2ui_or_refused_clearly(stubs) -> None:
             assert result.finish.reason == pb.FINISH_REASON_STOP
             assert validate_a2ui(result.text)[0]["createSurface"]["surfaceId"] == "main"
             assert len(result.text.encode()) <= max_output_bytes()
-    assert any(isinstance(r, grpc.RpcError) for r in results)
 
 
 def test_agent_required_tool_choice_gives_valid_calls(stubs) -> None:

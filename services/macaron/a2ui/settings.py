@@ -35,3 +35,8 @@ class A2uiSettings(BaseModel):
         40, ge=1, le=200, description="Longest literal text (Text, labels) in characters; each is at most 3 UTF-8 bytes."
     )
     max_id_chars: int = Field(16, ge=4, le=64, description="Longest component id or action name, in characters.")
+    prune: bool = Field(
+        True,
+        description="Before the SDK validates an answer, keep only the root's tree: drop repeated ids, references "
+        "to missing components and components the root does not reach (a small model adds such strays).",
+    )

@@ -16,20 +16,26 @@ from a2ui.core import A2uiError
 from a2ui.utils.validation import validate_payload
 
 from macaron.a2ui.catalog import basic_catalog
+from macaron.a2ui.repair import prune_components
 
 
 class A2uiOutputError(ValueError):
     """An answer that is not valid A2UI; the message says where and why."""
 
 
-def validate_a2ui(text: str) -> list[dict[str, Any]]:
-    """The parsed messages; raises A2uiOutputError if `text` is not a valid A2UI v0.9 message list."""
+def validate_a2ui(text: str, *, prune: bool = False) -> list[dict[str, Any]]:
+    """The parsed messages; raises A2uiOutputError if `text` is not a valid A2UI v0.9 message list.
+
+    With `prune`, components beyond the root's tree are dropped first (`repair.py`) and the pruned
+    messages are what is validated and returned."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise A2uiOutputError(f"the A2UI answer is not valid JSON: {exc}") from None
     if not isinstance(value, list) or not value:
         raise A2uiOutputError("the A2UI answer must be a non-empty JSON array of A2UI v0.9 messages")
+    if prune:
+        value = prune_components(value)
     try:
         validate_payload([basic_catalog()], value)
     except A2uiError as exc:

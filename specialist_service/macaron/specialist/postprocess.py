@@ -64,10 +64,10 @@ def finish_output(
         if finish.reason == "length":
             return [TextDelta(text)]  # what fit; a complete answer needs at most macaron.a2ui.max_output_bytes() tokens
         try:
-            validate_a2ui(text)
+            messages = validate_a2ui(text, prune=profile.a2ui.prune)
         except A2uiOutputError as exc:
             raise OutputInvalidError(str(exc)) from exc
-        return [TextDelta(text)]
+        return [TextDelta(json.dumps(messages, ensure_ascii=False) if profile.a2ui.prune else text)]
     return []
 
 
