@@ -142,7 +142,7 @@ def test_pruning_keeps_the_root_tree_and_nothing_else() -> None:
     assert validate_a2ui(json.dumps(LOGIN), prune=True) == LOGIN
     lone = copy.deepcopy(LOGIN)
     lone[1]["updateComponents"]["components"][0]["children"] = ["nowhere"]
-    with pytest.raises(A2uiOutputError, match="nowhere"):
+    with pytest.raises(A2uiOutputError, match="not reachable from 'root'"):  # the original, judged by the SDK
         validate_a2ui(json.dumps(lone), prune=True)
 
 
