@@ -118,7 +118,8 @@ def test_code_specialist_answers_a_coding_question_with_code(engine: LLMEngine, 
 
 
 def test_ui_v2_answers_sdk_valid_a2ui(engine: LLMEngine, smollm2: ModelAssets):
-    """ui@v2 as the specialist serves it (profile prompt, the bounded A2UI grammar): the official SDK accepts it."""
+    """ui@v2 as the specialist serves it (profile prompt, the bounded A2UI grammar, strays pruned): the official
+    SDK accepts it."""
     from macaron.a2ui import a2ui_schema, max_output_bytes, validate_a2ui
     from macaron.training.tasks import task
 
@@ -136,5 +137,5 @@ def test_ui_v2_answers_sdk_valid_a2ui(engine: LLMEngine, smollm2: ModelAssets):
                 outs[out.rid] = out
     for out in outs.values():
         assert out.finish_reason["type"] == "stop", out.finish_reason
-        messages = validate_a2ui(out.text)
+        messages = validate_a2ui(out.text, prune=True)
         assert messages[1]["updateComponents"]["components"][0]["id"] == "root"
