@@ -56,7 +56,8 @@ def _ident(chars: int) -> dict[str, Any]:
 
 
 def a2ui_schema(settings: A2uiSettings | None = None) -> dict[str, Any]:
-    """The bounded JSON schema of one `ui` answer (a list of A2UI messages) for `settings`."""
+    """The bounded JSON schema of one `ui` answer (a list of A2UI messages) for `settings` (cached and shared:
+    read it, do not change it)."""
     s = settings or A2uiSettings()
     return _schema(tuple(s.components), s.max_components, s.max_children, s.max_text_chars, s.max_id_chars)
 
