@@ -119,6 +119,11 @@ def test_checks_count_what_each_specialist_must_do():
     assert not ui.good('{"root": {"type": "button", "props": {"text": "Go"}}}', None)  # the v1 description is not
     form[1]["updateComponents"]["components"][0]["children"].append("missing")
     assert not ui.good(json.dumps(form), None)
+    assert ui.good(json.dumps(form), None, served=True)  # as served, the dangling id is pruned first
+    plan, budget = ui.served(ui.student("a form", None))
+    from macaron.a2ui import a2ui_schema, max_output_bytes
+
+    assert json.loads(plan.json_schema) == a2ui_schema() and budget == max_output_bytes()
     assert chat.good("Paris is the capital of France.", None) and not chat.good("```py\nx\n```", None)
 
 

@@ -85,7 +85,8 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     chosen = {k: v for k, v in adapters.items() if k.partition("@")[0] in names}
     scores = evaluate(model_dir, chosen, [task(n) for n in names], args.per_specialist,
-                      seed=args.seed, progress=not args.quiet, base_arms=not args.no_base)
+                      seed=args.seed, progress=not args.quiet, base_arms=not args.no_base,
+                      served=args.served)
     print(table(scores))
     print(json.dumps(summary(scores)))
     return 0
@@ -126,4 +127,7 @@ def add_actions(commands: Any) -> None:
     p.add_argument("--per-specialist", type=int, default=24, help="Held-out prompts per specialist (default 24).")
     p.add_argument("--no-base", action="store_true",
                    help="Only the adapters' arms (e.g. comparing two versions), not the bare base's.")
+    p.add_argument("--served", action="store_true",
+                   help="Ask as the specialist serves by default (ui: its bounded A2UI grammar, strays pruned), "
+                   "not unconstrained.")
     p.set_defaults(func=_eval)

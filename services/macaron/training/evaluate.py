@@ -11,6 +11,9 @@ The figure is the share of answers with the task's property (`tasks.py`: a fence
 for code, a well-formed call of an offered tool for agent, valid A2UI for ui, a finished
 prose answer for chat). All requests of all arms run as one batch on the engine.
 
+With `served`, each request is made as the specialist serves it by default (ui: constrained to its
+bounded A2UI grammar, strays pruned before the check) instead of unconstrained.
+
 Several versions of one adapter are compared in the same run by passing them all
 (`{"ui": v1_dir, "ui@v2": v2_dir}`): each version is one more arm, `adapter@v2`, on the same prompts.
 """
@@ -46,6 +49,7 @@ def evaluate(
     seed: int = 0,
     progress: bool = True,
     base_arms: bool = True,
+    served: bool = False,
 ) -> dict[str, dict[str, ArmScore]]:
     """{specialist: {arm: score}} for every task whose adapter is given (arms: ARMS, then `adapter@VERSION`
     for every other version of it in `adapters`)."""
@@ -59,16 +63,19 @@ def evaluate(
         for index, (text, _) in enumerate(sample_prompts(task.name, per_specialist, split="dev", seed=seed)):
             tools = task.tools(text, seed=10_000 + index)
             for arm, adapter in arms_of[task.name].items():
-                plans.append(task.student(text, tools, with_profile=arm != "base_bare"))
+                plan, limit = task.student(text, tools, with_profile=arm != "base_bare"), MAX_NEW_TOKENS[task.name]
+                if served:
+                    plan, limit = task.served(plan)
+                plans.append(plan)
                 lora.append(adapter)
-                limits.append(MAX_NEW_TOKENS[task.name])
+                limits.append(limit)
                 jobs.append((task.name, arm, tools))
     answers = generate_all(engine, plans, limits, adapter=lora, desc="evaluating", progress=progress)
     by_name = {task.name: task for task in tasks}
     tallies: dict[str, dict[str, list[int]]] = {t.name: {arm: [0, 0, 0] for arm in arms_of[t.name]} for t in tasks}
     for (name, arm, tools), answer in zip(jobs, answers):
         tally = tallies[name][arm]
-        ok = answer.finish_type == "stop" and by_name[name].good(answer.text, tools)
+        ok = answer.finish_type == "stop" and by_name[name].good(answer.text, tools, served=served)
         tally[0] += int(ok)
         tally[1] += 1
         tally[2] += answer.completion_tokens

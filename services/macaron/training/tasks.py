@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from macaron.training.tool_catalog import tools_for
@@ -105,9 +105,21 @@ class SpecialistTask:
             return json.dumps(validate_a2ui(json.dumps(messages, ensure_ascii=False)), ensure_ascii=False)
         return text if self.good(text, plan.tools) else None
 
-    def good(self, text: str, tools: list[dict[str, Any]] | None) -> bool:
-        """The property `adapters eval` counts for this specialist (see the module table)."""
+    def good(self, text: str, tools: list[dict[str, Any]] | None, served: bool = False) -> bool:
+        """The property `adapters eval` counts for this specialist (see the module table); `served`: after
+        the specialist's own post-processing (ui: strays pruned)."""
+        if self.name == "ui":
+            return _ui_ok(text.strip(), tools, prune=served)
         return CHECKS[self.name](text.strip(), tools)
+
+    def served(self, plan: Plan) -> tuple[Plan, int]:
+        """The student request as the specialist serves it by default, and its budget: ui is constrained
+        to the bounded A2UI grammar, with a budget its longest answer fits; the others as they are."""
+        if self.name != "ui":
+            return plan, MAX_NEW_TOKENS[self.name]
+        from macaron.a2ui import a2ui_schema, max_output_bytes
+
+        return replace(plan, json_schema=json.dumps(a2ui_schema())), max_output_bytes()
 
 
 def _chat_ok(text: str, tools: Any) -> bool:
@@ -127,11 +139,11 @@ def _agent_ok(text: str, tools: list[dict[str, Any]] | None) -> bool:
     return bool(parsed.calls) and all(call.name in {s.name for s in specs} for call in parsed.calls)
 
 
-def _ui_ok(text: str, tools: Any) -> bool:
+def _ui_ok(text: str, tools: Any, prune: bool = False) -> bool:
     from macaron.a2ui import validate_a2ui
 
     try:
-        validate_a2ui(text)
+        validate_a2ui(text, prune=prune)
     except ValueError:
         return False
     return True
