@@ -204,13 +204,15 @@ class EmbeddedStack:
         args = s.engine
         updates: dict[str, Any] = {"host": LOOPBACK}
         if args.model_path is None:
-            from macaron.assets.builtin import ensure_builtin_model
+            from macaron.assets.builtin import ensure_builtin_model, newest_versions
 
             print(f"Preparing the {args.builtin_model} model (built once, then cached) ...", file=sys.stderr, flush=True)
             assets = await asyncio.to_thread(ensure_builtin_model, args.builtin_model, s.assets.cache_dir, s.serve.progress)
             updates["model_path"] = str(assets.model_dir)
             if not args.lora_paths:
                 updates["lora_paths"] = [f"{name}={path}" for name, path in assets.adapters.items()]
+                self._serve_newest_versions(newest_versions(assets.adapters))
+                s = self.settings
         port = choose_port(args.port, fallback=s.serve.free_ports, what="engine")
         sock = bind_socket(LOOPBACK, port)
         updates["port"] = sock.getsockname()[1]
@@ -227,6 +229,18 @@ class EmbeddedStack:
         url = f"http://{LOOPBACK}:{args.port}"
         log.info("engine ready at %s", url)
         return url
+
+    def _serve_newest_versions(self, versions: dict[str, str]) -> None:
+        """Profiles that name no adapter version serve the newest one the built-in model ships (ui@v2);
+        the older ones stay loaded, so `macaron adapters canary|promote` can move between them."""
+        spec = self.settings.specialists
+        updates = {
+            name: spec.profile(name).model_copy(update={"adapter_version": version})
+            for name, version in versions.items()
+            if spec.profile(name).adapter_version is None
+        }
+        if updates:
+            self.settings = self.settings.model_copy(update={"specialists": spec.model_copy(update=updates)})
 
     async def _start_specialists(self, engine_url: str) -> dict[str, str]:
         from macaron.ports import SPECIALISTS

@@ -199,6 +199,24 @@ def test_json_schema_on_ui_gives_valid_json(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(completion.choices[0].message.content), UI_SCHEMA)
 
 
+def test_ui_over_rest_a2ui_by_default_and_the_old_schema_by_name(client: openai.OpenAI) -> None:
+    """Default: SDK-valid A2UI or a clear 500 (the tiny model rarely keeps A2UI's references); the old
+    UI description by naming it, with no schema sent."""
+    from macaron.a2ui import validate_a2ui
+    from macaron.specialist.ui_schema import validate_ui
+
+    ask = {"model": "macaron-ui", "messages": [{"role": "user", "content": "A login form"}], "temperature": 0}
+    try:
+        completion = client.chat.completions.create(**ask)
+        assert validate_a2ui(completion.choices[0].message.content)[0]["version"] == "v0.9"
+    except openai.InternalServerError as exc:
+        assert "is not valid A2UI v0.9" in exc.message
+    old = client.chat.completions.create(**ask, response_format={"type": "json_schema", "json_schema": {"name": "macaron_ui_v1"}})
+    assert old.choices[0].finish_reason == "stop" and "root" in validate_ui(old.choices[0].message.content)
+    with pytest.raises(openai.BadRequestError, match="macaron_ui_v1"):
+        client.chat.completions.create(**ask, response_format={"type": "json_schema", "json_schema": {"name": "mine"}})
+
+
 def test_missing_or_wrong_key_is_401(stack: Stack) -> None:
     response = httpx.post(stack.api_url + "/chat/completions", timeout=30,
                           json={"model": "macaron-auto", "messages": [{"role": "user", "content": "hi"}]})

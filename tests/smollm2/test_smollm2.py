@@ -72,13 +72,13 @@ def test_conversion_is_a_plain_llama_directory(smollm2: ModelAssets):
 
 
 def test_all_four_specialist_adapters_ship(smollm2: ModelAssets):
-    assert sorted(smollm2.adapters) == sorted(ADAPTER_NAMES)
+    assert sorted(smollm2.adapters) == sorted([*ADAPTER_NAMES, "ui@v2"])  # ui@v2 (A2UI) next to ui (v1)
     for path in smollm2.adapters.values():
         card = json.loads((path / "macaron-adapter.json").read_text())
         assert card["final_loss"] < card["first_loss"]
 
 
-@pytest.mark.parametrize("adapter", [None, *ADAPTER_NAMES])
+@pytest.mark.parametrize("adapter", [None, *ADAPTER_NAMES, "ui@v2"])
 def test_engine_greedy_equals_transformers(engine: LLMEngine, smollm2: ModelAssets, adapter: str | None):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -115,3 +115,27 @@ def test_code_specialist_answers_a_coding_question_with_code(engine: LLMEngine, 
             if out.finished:
                 outs[out.rid] = out.text
     assert code.good(outs["c"], None), outs["c"]
+
+
+def test_ui_v2_answers_sdk_valid_a2ui(engine: LLMEngine, smollm2: ModelAssets):
+    """ui@v2 as the specialist serves it (profile prompt, the bounded A2UI grammar, strays pruned): the official
+    SDK accepts it."""
+    from macaron.a2ui import a2ui_schema, max_output_bytes, validate_a2ui
+    from macaron.training.tasks import task
+
+    ui = task("ui")
+    prompts = ["Design a login form for a bakery shop.", "Make a settings page with notification options."]
+    for i, text in enumerate(prompts):
+        engine.add_request(GenerateRequest(
+            rid=str(i), prompt=_chat(engine.tokenizer, text, ui.serving_prompt), lora_path="ui@v2",
+            sampling=SamplingParams(temperature=0, max_new_tokens=max_output_bytes(), json_schema=json.dumps(a2ui_schema())),
+        ))
+    outs = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                outs[out.rid] = out
+    for out in outs.values():
+        assert out.finish_reason["type"] == "stop", out.finish_reason
+        messages = validate_a2ui(out.text, prune=True)
+        assert messages[1]["updateComponents"]["components"][0]["id"] == "root"

@@ -148,7 +148,7 @@ def test_output_plan_precedence() -> None:
     settings = SpecialistsSettings()
     ui, chat = load_profile(settings, "ui"), load_profile(settings, "chat")
     hi = (Message("user", "hi"),)
-    assert plan_output(ChatRequest(messages=hi), ui).mode == "ui"
+    assert plan_output(ChatRequest(messages=hi), ui).mode == "a2ui"
     assert plan_output(ChatRequest(messages=hi), chat).mode == "text"
     assert plan_output(ChatRequest(messages=hi, tools=(WEATHER,)), chat).mode == "tools"
     forced = ChatRequest(messages=hi, tools=(WEATHER,), tool_choice=ToolChoice("function", "get_weather"))

@@ -111,8 +111,19 @@ def test_checks_count_what_each_specialist_must_do():
     assert not agent.good('<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>', tools)  # city required
     assert not agent.good("It will rain.", tools)
     assert code.good("Here:\n```python\nprint(1)\n```", None) and not code.good("print(1)", None)
-    assert ui.good('{"root": {"type": "button", "props": {"text": "Go"}}}', None)
-    assert not ui.good('{"root": {"type": "marquee"}}', None)
+    from macaron.training.a2ui_teacher import fill
+
+    form = fill("form", {"page_title": "Book", "first_field": "Name", "second_field": "Guests", "button": "Book",
+                         "action": "book_table"})
+    assert ui.good(json.dumps(form), None)  # valid A2UI v0.9
+    assert not ui.good('{"root": {"type": "button", "props": {"text": "Go"}}}', None)  # the v1 description is not
+    form[1]["updateComponents"]["components"][0]["children"].append("missing")
+    assert not ui.good(json.dumps(form), None)
+    assert ui.good(json.dumps(form), None, served=True)  # as served, the dangling id is pruned first
+    plan, budget = ui.served(ui.student("a form", None))
+    from macaron.a2ui import a2ui_schema, max_output_bytes
+
+    assert json.loads(plan.json_schema) == a2ui_schema() and budget == max_output_bytes()
     assert chat.good("Paris is the capital of France.", None) and not chat.good("```py\nx\n```", None)
 
 
@@ -133,6 +144,9 @@ def test_distill_and_eval_run_end_to_end_on_the_tiny_model(tiny_model, tmp_path)
         # constrained teacher answers are always usable targets when they finish
         for example in read_examples(tmp_path / f"{name}.jsonl") if provenance["specialists"][name]["kept"] else []:
             assert task(name).good(example.target, example.tools)
-    scores = evaluate(str(tiny_model.model_dir), {"code": str(tiny_model.adapters["code"])}, [task("code")], per_specialist=2, progress=False)
-    assert set(scores["code"]) == set(ARMS) and scores["code"]["adapter"].total == 2
-    assert set(summary(scores)) >= {"code_adapter", "code_base_bare", "code_adapter_gain"}
+    code_dir = str(tiny_model.adapters["code"])  # the same weights as a second version: one more arm, same run
+    scores = evaluate(str(tiny_model.model_dir), {"code": code_dir, "code@v2": code_dir}, [task("code")], per_specialist=2,
+                      progress=False)
+    assert set(scores["code"]) == {*ARMS, "adapter@v2"} and scores["code"]["adapter"].total == 2
+    assert scores["code"]["adapter@v2"].share == scores["code"]["adapter"].share  # greedy, same weights
+    assert set(summary(scores)) >= {"code_adapter", "code_base_bare", "code_adapter_gain", "code_adapter@v2_gain"}

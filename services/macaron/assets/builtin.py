@@ -29,3 +29,19 @@ def ensure_builtin_model(
 
         return ensure_bench_model(cache_dir, progress=progress)
     raise ValueError(f"unknown built-in model {name!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+
+
+def newest_versions(adapters: dict[str, object]) -> dict[str, str]:
+    """{specialist: version} of the newest `NAME@VERSION` adapter per specialist (`ui@v2` → {"ui": "v2"}):
+    what serves by default when the built-in model ships more than one version of a specialist."""
+    newest: dict[str, str] = {}
+    for key in adapters:
+        name, sep, version = key.partition("@")
+        if sep and (name not in newest or _order(version) > _order(newest[name])):
+            newest[name] = version
+    return newest
+
+
+def _order(version: str) -> tuple[int, str]:
+    digits = "".join(c for c in version if c.isdigit())
+    return (int(digits) if digits else -1, version)

@@ -73,12 +73,14 @@ def conversion_fingerprint(path: Path) -> str:
 
 
 def shipped_adapters() -> dict[str, Path]:
-    """The project's trained specialist adapters for SmolLM2 (those present)."""
-    return {
-        name: SHIPPED_ADAPTERS_DIR / name
-        for name in ADAPTER_NAMES
-        if (SHIPPED_ADAPTERS_DIR / name / "adapter_config.json").is_file()
-    }
+    """The project's trained specialist adapters for SmolLM2 (those present): `NAME` directories, and
+    later versions of a specialist next to them as `NAME@VERSION` (e.g. `ui@v2`), loaded side by side."""
+    found = {}
+    for path in sorted(SHIPPED_ADAPTERS_DIR.iterdir()):
+        name = path.name.partition("@")[0]
+        if name in ADAPTER_NAMES and (path / "adapter_config.json").is_file():
+            found[path.name] = path
+    return found
 
 
 def ensure_smollm2_model(

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from macaron.prompting.formats import is_named_format, named_formats_hint
 from macaron.sdk import MODELS
 
 
@@ -126,8 +127,12 @@ class ResponseFormat(_Strict):
 
     @model_validator(mode="after")
     def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
-            raise ValueError("response_format of type json_schema needs json_schema.schema")
+        js = self.json_schema
+        if self.type == "json_schema" and (js is None or (js.schema_ is None and not is_named_format(js.name))):
+            raise ValueError(
+                "response_format of type json_schema needs json_schema.schema, or a name the specialists know "
+                f"without one: {named_formats_hint()}"
+            )
         return self
 
 

@@ -22,6 +22,7 @@ from macaron.prompting.messages import (
     ToolChoice,
     ToolSpec,
 )
+from macaron.prompting.formats import is_named_format, named_formats_hint
 from macaron.v1 import common_pb2 as pb
 
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -177,7 +178,12 @@ def _response_format(rf: pb.ResponseFormat) -> ResponseFormat:
     if kind != "json_schema":
         return ResponseFormat(type=kind)  # type: ignore[arg-type]
     if not rf.json_schema.schema_json:
-        raise RequestError("response_format.json_schema.schema_json is empty: JSON_SCHEMA needs a schema")
+        if is_named_format(rf.json_schema.name):  # the specialist fills in the schema
+            return ResponseFormat(type="json_schema", name=rf.json_schema.name)
+        raise RequestError(
+            "response_format.json_schema.schema_json is empty: JSON_SCHEMA needs a schema, or a name the "
+            f"specialists know without one: {named_formats_hint()}"
+        )
     schema = _schema(rf.json_schema.schema_json, "response_format.json_schema.schema_json")
     return ResponseFormat(type="json_schema", schema=schema, name=rf.json_schema.name)
 

@@ -74,16 +74,19 @@ def _eval(args: argparse.Namespace) -> int:
     model_dir, adapters = _base_model(args)
     for spec in args.adapter or []:
         name, sep, path = spec.partition("=")
-        if not sep or name not in ADAPTER_NAMES:
-            print(f"macaron adapters eval: --adapter takes NAME=DIR with NAME one of {', '.join(ADAPTER_NAMES)}", file=sys.stderr)
+        if not sep or name.partition("@")[0] not in ADAPTER_NAMES:
+            print(f"macaron adapters eval: --adapter takes NAME=DIR or NAME@VERSION=DIR with NAME one of "
+                  f"{', '.join(ADAPTER_NAMES)}", file=sys.stderr)
             return 2
         adapters[name] = path
-    names = [n for n in args.specialists if n in adapters]
+    names = [n for n in args.specialists if any(k.partition("@")[0] == n for k in adapters)]
     if not names:
         print("macaron adapters eval: no adapter to evaluate; pass --adapter NAME=DIR", file=sys.stderr)
         return 2
-    scores = evaluate(model_dir, {n: adapters[n] for n in names}, [task(n) for n in names], args.per_specialist,
-                      seed=args.seed, progress=not args.quiet)
+    chosen = {k: v for k, v in adapters.items() if k.partition("@")[0] in names}
+    scores = evaluate(model_dir, chosen, [task(n) for n in names], args.per_specialist,
+                      seed=args.seed, progress=not args.quiet, base_arms=not args.no_base,
+                      served=args.served)
     print(table(scores))
     print(json.dumps(summary(scores)))
     return 0
@@ -118,7 +121,13 @@ def add_actions(commands: Any) -> None:
     p.set_defaults(func=_train)
 
     p = commands.add_parser("eval", parents=[common], help="Held-out figures: adapter vs bare base vs base with profile.")
-    p.add_argument("--adapter", action="append", metavar="NAME=DIR", help="Adapter to judge (default: the built-in model's).")
+    p.add_argument("--adapter", action="append", metavar="NAME[@VERSION]=DIR",
+                   help="Adapter to judge (default: the built-in model's); several versions of one are compared in one run.")
     p.add_argument("--specialists", type=_names, default=list(ADAPTER_NAMES), help="Comma list (default: all four).")
     p.add_argument("--per-specialist", type=int, default=24, help="Held-out prompts per specialist (default 24).")
+    p.add_argument("--no-base", action="store_true",
+                   help="Only the adapters' arms (e.g. comparing two versions), not the bare base's.")
+    p.add_argument("--served", action="store_true",
+                   help="Ask as the specialist serves by default (ui: its bounded A2UI grammar, strays pruned), "
+                   "not unconstrained.")
     p.set_defaults(func=_eval)

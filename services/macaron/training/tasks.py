@@ -10,14 +10,14 @@ answer that `macaron adapters eval` counts:
 | chat | long conversational prompt, greedy | finishes within its budget, prose only (no code, JSON or tool call) |
 | agent | tools offered, forced call (JSON-schema constrained) | a well-formed call of an offered tool, arguments valid |
 | code | long coding prompt, greedy | contains a fenced code block |
-| ui | UI schema in the prompt, schema-constrained | the whole answer validates against the UI schema |
+| ui | one of five A2UI skeletons (`a2ui_teacher.py`): structure fixed by the grammar, words the teacher's | the whole answer is valid A2UI v0.9 (official SDK, basic catalog) |
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from macaron.training.tool_catalog import tools_for
@@ -39,11 +39,9 @@ TEACHER_PROMPTS: dict[str, str] = {
         "code short, correct and idiomatic; use the language the user names, else Python."
     ),
     "ui": (
-        "You are Macaron's interface designer. Answer with one UI description as compact JSON and nothing "
-        'else: {"title": ..., "root": {"type": ..., "props": {...}, "children": [...], "actions": [...]}}. '
-        "Component types: column, row, card, list, text, heading, button, input, checkbox, select, image, "
-        "divider. Start with a column holding a heading, then the inputs and buttons the page needs; give "
-        "buttons a click action that calls a handler named after what it does."
+        "You are Macaron's interface designer. You write the texts of one interface for the user's request. The "
+        "interface is {shape}. Answer with one JSON object of these texts, written for the user's request, a few "
+        "plain words each (the title names what the page is for); name actions in snake_case after what they do."
     ),
 }
 
@@ -84,10 +82,12 @@ class SpecialistTask:
             parser = get_parser("hermes")
             specs = tuple(ToolSpec(name=t["function"]["name"], parameters=t["function"]["parameters"]) for t in tools or [])
             return Plan(messages, tools, json.dumps(parser.forced_call_schema(specs)), parser.call_prefix)
-        if self.name == "ui":
-            from macaron.specialist.ui_schema import ui_schema_json
+        if self.name == "ui":  # a skeleton fixes the structure; the teacher writes the words
+            from macaron.training.a2ui_teacher import DESCRIPTIONS, skeleton_for, teacher_schema
 
-            return Plan(messages, None, ui_schema_json())
+            shape = skeleton_for(prompt)
+            messages[0]["content"] = TEACHER_PROMPTS["ui"].format(shape=DESCRIPTIONS[shape])
+            return Plan(messages, None, json.dumps(teacher_schema(shape)))
         return Plan(messages, None)
 
     def target(self, plan: Plan, text: str, finish_type: str) -> str | None:
@@ -97,13 +97,29 @@ class SpecialistTask:
             return None
         if self.name == "agent":
             return f"{plan.text_prefix}{json.dumps(json.loads(text), ensure_ascii=False)}\n</tool_call>"
-        if self.name == "ui":
-            return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+        if self.name == "ui":  # the skeleton filled with the teacher's words; only what the SDK accepts
+            from macaron.a2ui import validate_a2ui
+            from macaron.training.a2ui_teacher import fill, skeleton_for
+
+            messages = fill(skeleton_for(plan.messages[-1]["content"]), json.loads(text))
+            return json.dumps(validate_a2ui(json.dumps(messages, ensure_ascii=False)), ensure_ascii=False)
         return text if self.good(text, plan.tools) else None
 
-    def good(self, text: str, tools: list[dict[str, Any]] | None) -> bool:
-        """The property `adapters eval` counts for this specialist (see the module table)."""
+    def good(self, text: str, tools: list[dict[str, Any]] | None, served: bool = False) -> bool:
+        """The property `adapters eval` counts for this specialist (see the module table); `served`: after
+        the specialist's own post-processing (ui: strays pruned)."""
+        if self.name == "ui":
+            return _ui_ok(text.strip(), tools, prune=served)
         return CHECKS[self.name](text.strip(), tools)
+
+    def served(self, plan: Plan) -> tuple[Plan, int]:
+        """The student request as the specialist serves it by default, and its budget: ui is constrained
+        to the bounded A2UI grammar, with a budget its longest answer fits; the others as they are."""
+        if self.name != "ui":
+            return plan, MAX_NEW_TOKENS[self.name]
+        from macaron.a2ui import a2ui_schema, max_output_bytes
+
+        return replace(plan, json_schema=json.dumps(a2ui_schema())), max_output_bytes()
 
 
 def _chat_ok(text: str, tools: Any) -> bool:
@@ -123,11 +139,11 @@ def _agent_ok(text: str, tools: list[dict[str, Any]] | None) -> bool:
     return bool(parsed.calls) and all(call.name in {s.name for s in specs} for call in parsed.calls)
 
 
-def _ui_ok(text: str, tools: Any) -> bool:
-    from macaron.specialist.ui_schema import validate_ui
+def _ui_ok(text: str, tools: Any, prune: bool = False) -> bool:
+    from macaron.a2ui import validate_a2ui
 
     try:
-        validate_ui(text)
+        validate_a2ui(text, prune=prune)
     except ValueError:
         return False
     return True

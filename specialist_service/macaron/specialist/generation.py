@@ -253,7 +253,7 @@ class Pipeline:
         usage = Usage(meta.prompt_tokens, meta.completion_tokens, meta.cached_tokens)
         finish = from_sglang(last.finish_reason.model_dump(exclude_none=True))
         if finish.reason == "abort":
-            if plan.mode in ("forced_tool", "ui"):
+            if plan.mode in ("forced_tool", "ui", "a2ui"):
                 raise UnavailableError(f"the engine aborted the request: {finish.message or 'no reason given'}")
             yield Done(finish, usage)
             return

@@ -1,11 +1,11 @@
 """After the engine finished: validate constrained output, hand back what fit.
 
 Tool calls are streamed while they are generated (`tool_stream.py`); a complete forced call is
-checked here. A forced tool call or a UI description that hit max_new_tokens is answered as
-OpenAI answers it: what fit (the call's partial arguments, the partial UI text) with finish
-reason `length`, never an error. A complete one that fails validation is an OutputInvalidError;
-JSON response formats are validated too (text was already streamed, so only a failure is
-reported). Nothing here imports grpc.
+checked here. A forced tool call, a UI description or an A2UI answer that hit max_new_tokens is
+answered as OpenAI answers it: what fit (the call's partial arguments, the partial UI text) with
+finish reason `length`, never an error. A complete one that fails validation is an
+OutputInvalidError; JSON response formats are validated too (text was already streamed, so only a
+failure is reported). Nothing here imports grpc.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ def finish_output(
         except UIValidationError as exc:
             raise OutputInvalidError(str(exc)) from exc
         return [TextDelta(text)]
+    if plan.mode == "a2ui":
+        from macaron.a2ui.validate import A2uiOutputError, validate_a2ui
+
+        if finish.reason == "length":
+            return [TextDelta(text)]  # what fit; a complete answer needs at most macaron.a2ui.max_output_bytes() tokens
+        try:
+            messages = validate_a2ui(text, prune=profile.a2ui.prune)
+        except A2uiOutputError as exc:
+            raise OutputInvalidError(str(exc)) from exc
+        return [TextDelta(json.dumps(messages, ensure_ascii=False) if profile.a2ui.prune else text)]
     return []
 
 

@@ -7,19 +7,21 @@ specialist does by loading the same profile (`load_profile(settings.specialists,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from macaron.a2ui.settings import A2uiSettings
 from macaron.prompting import ChatRequest
 from macaron.specialist.errors import BadRequestError
 from macaron.specialist.settings import ProfileSettings, SpecialistsSettings
 from macaron.specialist.tool_parsers import ToolCallParser, get_parser
 from macaron.specialist.ui_schema import ui_schema
 
-OutputMode = Literal["text", "tools", "forced_tool", "json", "ui"]
+OutputMode = Literal["text", "tools", "forced_tool", "json", "ui", "a2ui"]
 """text: streamed as is; tools: streamed, tool calls parsed at the end; forced_tool: one
-constrained call; json: constrained JSON, validated at the end; ui: constrained UI, validated
-before anything is sent."""
+constrained call; json: constrained JSON, validated at the end; ui: constrained UI description
+v1, validated before anything is sent; a2ui: constrained A2UI messages, validated with the A2UI
+SDK before anything is sent."""
 
 JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -31,6 +33,7 @@ class Profile:
     name: str
     settings: ProfileSettings
     parser: ToolCallParser | None
+    a2ui: A2uiSettings = field(default_factory=A2uiSettings)
 
     @property
     def system_prompt(self) -> str:
@@ -64,7 +67,7 @@ def load_profile(settings: SpecialistsSettings, name: str) -> Profile:
     """The run-time profile `name` (KeyError for unknown names or parsers)."""
     profile = settings.profile(name)
     parser = get_parser(profile.tool_call_parser) if profile.tool_call_parser else None
-    return Profile(name=name, settings=profile, parser=parser)
+    return Profile(name=name, settings=profile, parser=parser, a2ui=settings.a2ui)
 
 
 def plan_output(request: ChatRequest, profile: Profile) -> OutputPlan:
@@ -78,12 +81,38 @@ def plan_output(request: ChatRequest, profile: Profile) -> OutputPlan:
             tools = tuple(t for t in tools if t.name == request.tool_choice.function_name)
         return OutputPlan("forced_tool", profile.parser.forced_call_schema(tools))
     fmt = request.response_format
+    if fmt.type == "json_schema" and fmt.schema is None:  # a named format (macaron.prompting.formats)
+        return _named_plan(fmt.name, profile)
     if fmt.type == "json_schema":
         return OutputPlan("json", fmt.schema)
     if fmt.type == "json_object":
         return OutputPlan("json", JSON_OBJECT_SCHEMA)
-    if not request.response_format_given and profile.settings.output_schema == "ui":
-        return OutputPlan("ui", ui_schema())
+    if not request.response_format_given and profile.settings.output_schema != "none":
+        return _named_plan(DEFAULT_FORMATS[profile.settings.output_schema], profile)
     if request.tools and request.tool_choice.mode != "none":
         return OutputPlan("tools")
     return OutputPlan("text")
+
+
+DEFAULT_FORMATS = {"ui": "macaron_ui_v1", "a2ui": "a2ui_v0_9"}
+
+
+def output_schema(name: str, profile: Profile) -> dict[str, Any]:
+    """The JSON schema of a named format (`macaron.prompting.formats`) as this profile bounds it."""
+    if name == "macaron_ui_v1":
+        return ui_schema()
+    if name == "a2ui_v0_9":
+        from macaron.a2ui.grammar import a2ui_schema  # imports the A2UI SDK: only where A2UI is served
+
+        return a2ui_schema(profile.a2ui)
+    raise BadRequestError(f"response_format names {name!r}, which needs its schema")
+
+
+def default_schema_json(profile: Profile) -> str:
+    """The schema a request without response_format is constrained to, as JSON text ("" for none)."""
+    kind = profile.settings.output_schema
+    return "" if kind == "none" else json.dumps(output_schema(DEFAULT_FORMATS[kind], profile), separators=(",", ":"))
+
+
+def _named_plan(name: str, profile: Profile) -> OutputPlan:
+    return OutputPlan("ui" if name == "macaron_ui_v1" else "a2ui", output_schema(name, profile))

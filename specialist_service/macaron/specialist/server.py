@@ -27,7 +27,7 @@ from macaron.grpc_malformed import MalformedRequestInterceptor
 from macaron.ports import metrics_port
 from macaron.specialist.generation import EnginePool, Pipeline
 from macaron.specialist.metrics import SpecialistMetrics
-from macaron.specialist.profiles import load_profile
+from macaron.specialist.profiles import Profile, load_profile
 from macaron.specialist.replicas import ReplicaPicker
 from macaron.specialist.servicer import SpecialistServicer
 from macaron.v1 import specialist_pb2, specialist_pb2_grpc
@@ -60,7 +60,34 @@ def build_pipelines(settings: MacaronSettings, names: list[str], tokenizer: Any 
     default_url = f"http://{settings.engine.host}:{settings.engine.port}"
     picker = ReplicaPicker(build_source(spec.discovery, default_url))
     engines = EnginePool(api_key=settings.engine.api_key_value)
-    return {name: Pipeline(load_profile(spec, name), spec, tokenizer, picker, engines) for name in names}
+    profiles = {name: load_profile(spec, name) for name in names}
+    for profile in profiles.values():
+        check_output_budget(profile)
+    return {name: Pipeline(profile, spec, tokenizer, picker, engines) for name, profile in profiles.items()}
+
+
+def check_output_budget(profile: Profile) -> int:
+    """The longest answer the profile's default grammar admits, in bytes (0: none); warns when its
+    default max_new_tokens could cut one (a token is at least one byte). Builds the grammar's schema
+    now, so a bad `specialists.a2ui` fails at start, not on the first request."""
+    kind = profile.settings.output_schema
+    if kind == "none":
+        return 0
+    if kind == "a2ui":
+        from macaron.a2ui.grammar import max_output_bytes
+
+        bound = max_output_bytes(profile.a2ui)
+    else:
+        from macaron.specialist.ui_schema import max_output_bytes as ui_bytes
+
+        bound = ui_bytes()
+    if profile.settings.max_new_tokens < bound:
+        log.warning(
+            "specialist %s: max_new_tokens %d is under the %d bytes its longest %s answer takes; answers may be cut "
+            "(finish_reason length). Raise specialists.%s.max_new_tokens or lower the specialists.a2ui bounds.",
+            profile.name, profile.settings.max_new_tokens, bound, kind, profile.name,
+        )
+    return bound
 
 
 class SpecialistServer:

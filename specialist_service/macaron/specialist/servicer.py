@@ -24,7 +24,7 @@ from macaron.specialist import errors
 from macaron.specialist.events import Done, TextDelta, ToolCallDeltas
 from macaron.specialist.generation import Pipeline
 from macaron.specialist.metrics import SpecialistMetrics
-from macaron.specialist.ui_schema import ui_schema_json
+from macaron.specialist.profiles import default_schema_json
 from macaron.specialist.wire import KIND_BY_NAME, NAME_BY_KIND, event_to_chunk, sampling_from_proto
 from macaron.v1 import common_pb2, specialist_pb2, specialist_pb2_grpc
 
@@ -156,6 +156,6 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
             ),
             sampling_caps=common_pb2.SamplingParams(max_new_tokens=s.max_new_tokens_cap, temperature=s.max_temperature),
             engine_replicas=replicas,
-            output_schema_json=ui_schema_json() if s.output_schema == "ui" else "",
+            output_schema_json=default_schema_json(p.profile),
             tool_call_parser=p.profile.parser.name if p.profile.parser else "",
         )

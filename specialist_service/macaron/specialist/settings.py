@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from macaron.a2ui.settings import A2uiSettings
 from macaron.auth.settings import ServerTlsSettings
 from macaron.discovery import DiscoverySettings
 from macaron.ports import SPECIALIST_PORTS
@@ -50,10 +51,12 @@ class ProfileSettings(BaseModel):
     tool_call_parser: str | None = Field(
         "hermes", description="Tool-call parser name (see tool_parsers.py); empty: requests with tools are refused."
     )
-    output_schema: Literal["none", "ui"] = Field(
+    output_schema: Literal["none", "ui", "a2ui"] = Field(
         "none",
-        description="Default output constraint when a request sets no response_format: "
-        "ui constrains to the UI schema and validates before returning.",
+        description="Default output constraint when a request sets no response_format: a2ui constrains to the "
+        "bounded A2UI v0.9 grammar (specialists.a2ui) and validates with the A2UI SDK before returning; ui does "
+        "the same with the project's UI description v1 (also available to any request as response_format "
+        "json_schema named macaron_ui_v1).",
     )
 
 
@@ -64,8 +67,8 @@ AGENT_PROMPT = (
 )
 CODE_PROMPT = "You are Macaron's coding assistant. Write correct, idiomatic code and explain it briefly."
 UI_PROMPT = (
-    "You are Macaron's interface designer. Answer with one UI description as JSON: "
-    '{"title": ..., "root": {"type": ..., "props": {...}, "children": [...], "actions": [...]}}.'
+    "You are Macaron's interface designer. Answer with A2UI v0.9 messages as one JSON array: createSurface, "
+    'then updateComponents whose first component is {"id": "root", "component": "Column", "children": [...]}.'
 )
 
 
@@ -82,7 +85,7 @@ def _profile_class(name: str, **defaults: Any) -> type[ProfileSettings]:
 ChatProfile = _profile_class("chat", system_prompt=CHAT_PROMPT, repetition_penalty=1.15)
 AgentProfile = _profile_class("agent", system_prompt=AGENT_PROMPT, temperature=0.3)
 CodeProfile = _profile_class("code", system_prompt=CODE_PROMPT, temperature=0.2, max_new_tokens=1024)
-UiProfile = _profile_class("ui", system_prompt=UI_PROMPT, temperature=0.5, max_new_tokens=4096, output_schema="ui")
+UiProfile = _profile_class("ui", system_prompt=UI_PROMPT, temperature=0.5, max_new_tokens=4096, output_schema="a2ui")
 
 
 class SpecialistsSettings(BaseModel):
@@ -93,7 +96,13 @@ class SpecialistsSettings(BaseModel):
     chat: ChatProfile = Field(default_factory=ChatProfile, description="L0 chat: conversation, fallback, judge.")  # type: ignore[valid-type]
     agent: AgentProfile = Field(default_factory=AgentProfile, description="L1 agent: tools and tool calls.")  # type: ignore[valid-type]
     code: CodeProfile = Field(default_factory=CodeProfile, description="L2 code: programs and repositories.")  # type: ignore[valid-type]
-    ui: UiProfile = Field(default_factory=UiProfile, description="L3 ui: UI descriptions valid against the UI schema.")  # type: ignore[valid-type]
+    ui: UiProfile = Field(default_factory=UiProfile, description="L3 ui: interfaces as A2UI v0.9 messages, SDK-validated.")  # type: ignore[valid-type]
+    a2ui: A2uiSettings = Field(
+        default_factory=A2uiSettings,
+        description="The bounded A2UI grammar of output_schema a2ui: kept components and size bounds, which fix "
+        "its byte budget (2,715 bytes with the defaults; a profile's max_new_tokens at least that large always "
+        "completes an answer).",
+    )
     discovery: DiscoverySettings = Field(
         default_factory=DiscoverySettings, description="How specialists find the base-weight group's replicas."
     )

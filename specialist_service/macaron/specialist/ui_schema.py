@@ -33,16 +33,14 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from importlib import resources
 from typing import Any
 
 import jsonschema
 
+from macaron.a2ui.bound import max_json_bytes
+
 SCHEMA_FILE = "ui_schema.json"
-KEY_SEPARATOR = ": "
-ITEM_SEPARATOR = ", "
-"""The separators the constrained grammar emits (xgrammar's compact JSON with spaces)."""
 
 
 class UIValidationError(ValueError):
@@ -81,66 +79,4 @@ def validate_ui(text: str) -> dict[str, Any]:
 
 def max_output_bytes(schema: dict[str, Any] | None = None) -> int:
     """Upper bound, in UTF-8 bytes, of any valid description in the grammar's compact formatting."""
-    root = schema or ui_schema()
-    return _bound(root, root)
-
-
-def _bound(node: dict[str, Any], root: dict[str, Any]) -> int:
-    if "$ref" in node:
-        return _bound(_resolve(node["$ref"], root), root)
-    if "const" in node:
-        return len(json.dumps(node["const"], ensure_ascii=False).encode())
-    if "enum" in node:
-        return max(len(json.dumps(v, ensure_ascii=False).encode()) for v in node["enum"])
-    kind = node.get("type")
-    if kind == "object":
-        props = node.get("properties", {})
-        if node.get("additionalProperties", True) is not False:
-            raise ValueError("unbounded: an object must set additionalProperties to false")
-        members = [len(json.dumps(k).encode()) + len(KEY_SEPARATOR) + _bound(v, root) for k, v in props.items()]
-        return 2 + sum(members) + len(ITEM_SEPARATOR) * max(len(members) - 1, 0)
-    if kind == "array":
-        if "maxItems" not in node:
-            raise ValueError("unbounded: an array must set maxItems")
-        n = node["maxItems"]
-        return 2 + n * _bound(node["items"], root) + len(ITEM_SEPARATOR) * max(n - 1, 0)
-    if kind == "string":
-        if "pattern" not in node:
-            raise ValueError("unbounded: a string must have a bounding pattern")
-        return 2 + _pattern_bytes(node["pattern"])
-    raise ValueError(f"cannot bound schema node {node!r}")
-
-
-def _resolve(ref: str, root: dict[str, Any]) -> dict[str, Any]:
-    if not ref.startswith("#/"):
-        raise ValueError(f"only local $refs are supported, got {ref!r}")
-    node: Any = root
-    for part in ref[2:].split("/"):
-        node = node[part]
-    return node
-
-
-_ATOM = re.compile(r"(\[(?:\\.|[^\]])*\]|\\.|[^\[\\{])(?:\{(\d+)(?:,(\d+))?\})?")
-
-
-def _pattern_bytes(pattern: str) -> int:
-    """Longest match of an anchored pattern made of literals and classes with {m,n} repeats, in bytes."""
-    if not (pattern.startswith("^") and pattern.endswith("$")):
-        raise ValueError(f"pattern {pattern!r} must be anchored with ^ and $")
-    body, total, pos = pattern[1:-1], 0, 0
-    while pos < len(body):
-        match = _ATOM.match(body, pos)
-        if not match:
-            raise ValueError(f"cannot bound pattern {pattern!r} at {body[pos:]!r}")
-        atom, low, high = match.groups()
-        total += _atom_bytes(atom) * int(high or low or 1)
-        pos = match.end()
-    return total
-
-
-def _atom_bytes(atom: str) -> int:
-    """UTF-8 length of the widest character an atom matches (a negated class: any code point)."""
-    if atom.startswith("[^"):
-        return 4
-    highest = max([0x7F, *(int(h, 16) for h in re.findall(r"\\u([0-9a-fA-F]{4})", atom))])
-    return len(chr(highest).encode())
+    return max_json_bytes(schema or ui_schema())
