@@ -120,12 +120,12 @@ def test_ui_plans_a2ui_by_default_and_the_old_schema_by_name() -> None:
                                    response_format_given=True), chat).mode == "a2ui"
     plan = plan_output(ChatRequest(messages=hi), ui)
     stop = Finish("stop")
-    (text,) = finish_output(json.dumps(LOGIN), 0, stop, ChatRequest(messages=hi), plan, ui, 4096)
+    (text,) = finish_output(json.dumps(LOGIN), stop, ChatRequest(messages=hi), plan, ui, 4096)
     assert json.loads(text.text) == LOGIN
     for broken, why in [(json.dumps(LOGIN).replace('"TextField"', '"Blink"'), "Blink"),
                         (json.dumps(LOGIN).replace('"root"', '"main"'), "root")]:
         with pytest.raises(OutputInvalidError, match=f"not valid A2UI v0.9.*{why}"):
-            finish_output(broken, 0, stop, ChatRequest(messages=hi), plan, ui, 4096)
+            finish_output(broken, stop, ChatRequest(messages=hi), plan, ui, 4096)
 
 
 def test_pruning_keeps_the_root_tree_and_nothing_else() -> None:
