@@ -166,3 +166,56 @@ async def test_the_approximate_index_learns_from_cached_tokens_and_restarts() ->
     c._plain_replica(replica, time.time() + 1)
     assert not (await c.route(request("write a parser for this file format"))).snapshot.prefix_share.get(replica)
     await c.aclose()
+
+
+class SlowStore(MemoryStore):
+    """Every read takes 50 ms; records how many reads were in flight at once."""
+
+    def __init__(self, in_flight: list[int]) -> None:
+        super().__init__()
+        self.in_flight = in_flight
+
+    async def hgetall_many(self, keys):
+        self.in_flight[0] += 1
+        self.in_flight[1] = max(self.in_flight[1], self.in_flight[0])
+        try:
+            await asyncio.sleep(0.05)
+            return await super().hgetall_many(keys)
+        finally:
+            self.in_flight[0] -= 1
+
+
+def read_ahead(c: RoutingCore, outcome: str) -> float:
+    return c.metrics.registry.get_sample_value("macaron_router_read_ahead_total", {"outcome": outcome}) or 0.0
+
+
+async def test_the_placement_read_overlaps_the_session_read_when_the_specialist_can_be_guessed() -> None:
+    """A session's next turn (this router routed it before), a forced specialist and a request without a
+    session read the placement state alongside the session and version states: one round trip of latency.
+    A wrong guess (another router moved the session) is read again and placed like any other request."""
+    in_flight = [0, 0]
+    c = core(Fixed("code", 0.95), SlowStore(in_flight), cache=SlowStore(in_flight))
+    await c.start()
+    first = await c.route(request("write a parser for this file format", session="s"))
+    first.commit()
+    first.release()
+    await c.flush()
+    assert read_ahead(c, "none") == 1 and in_flight[1] == 1  # nothing to guess from: session read, then placement
+    in_flight[1] = 0
+    second = await c.route(request("write a parser for this file format", "now add tests", session="s"))
+    second.release()
+    assert read_ahead(c, "hit") == 1 and in_flight[1] == 2
+    assert second.replica == first.replica and second.snapshot.prefix.get(first.replica)
+    in_flight[1] = 0
+    forced = await c.route(RouteRequest(ChatRequest((Message("user", "hello there"),)), owner="o", forced="ui"))
+    forced.release()
+    plain = await c.route(request("write a parser for this file format"))
+    plain.release()
+    assert read_ahead(c, "hit") == 3 and in_flight[1] == 2
+    assert forced.decision.specialist == "ui" and plain.decision.specialist == "code"
+    c._sessions_seen[("o", "s")] = ("ui", "")  # as if another router had moved the session
+    moved = await c.route(request("write a parser for this file format", "and a printer", session="s"))
+    moved.release()
+    assert read_ahead(c, "miss") == 1 and moved.decision.specialist == "code"
+    assert moved.replica == first.replica and moved.snapshot.prefix.get(first.replica)
+    await c.aclose()
