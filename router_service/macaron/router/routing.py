@@ -29,7 +29,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
@@ -68,8 +67,6 @@ from macaron.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 MAX_BACKGROUND_WRITES = 1024
-SESSIONS_SEEN = 65536
-"""Sessions whose last specialist and version this router remembers (its guess for reading ahead)."""
 
 
 def _consume(task: asyncio.Task[Any]) -> None:
@@ -231,7 +228,6 @@ class RoutingCore:
                                                on_plain=self._plain_replica)
         self._background: set[asyncio.Task[Any]] = set()
         self._canaries: dict[str, str] = {}
-        self._sessions_seen: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -395,24 +391,18 @@ class RoutingCore:
     # ------------------------------------------------------------ reading ahead
 
     def _guess(self, req: RouteRequest, specialist: str | None = None) -> tuple[str, str] | None:
-        """The (specialist, adapter version) the request will most likely get, known before any store read:
-        the forced or already decided specialist, else the one this router last gave the session; the version
-        as the last known states would choose it. None: no guess (or nothing to read ahead for)."""
+        """The (specialist, adapter version) of a request whose specialist is known before any store read
+        (forced, or decided without a session); the version as the last known states choose it. None: no
+        guess. A session's next turn is not guessed: on conversations that change topic, wrong guesses
+        (a second read, the prompt hashed twice) cost more than the right ones saved."""
         if req.replica_hint or self.policy != "prefix_affinity":
             return None
-        pinned: str | None = None
-        if specialist is None and req.forced:
-            specialist = req.forced
-        elif specialist is None and req.session_id:
-            seen = self._sessions_seen.get((req.owner, req.session_id))
-            if seen is None:
-                return None
-            specialist, pinned = seen
+        specialist = specialist or req.forced
         state = self.versions.last_states.get(specialist) if specialist else None
         if state is None or specialist not in self.adapters:
             return None
         key = f"{req.owner}\x00{req.session_id}" if req.session_id else (req.request_id or str(id(req)))
-        return specialist, self.versions.choose(state, pinned, key).version
+        return specialist, self.versions.choose(state, None, key).version
 
     def _read_ahead(self, req: RouteRequest, guess: tuple[str, str]
                     ) -> tuple[PlacementRequest, asyncio.Task[Snapshot]]:
@@ -422,13 +412,6 @@ class RoutingCore:
         task = asyncio.ensure_future(self.snapshots.read(preq, with_load=True))
         task.add_done_callback(_consume)
         return preq, task
-
-    def _remember_session(self, req: RouteRequest, specialist: str, version: str) -> None:
-        seen = self._sessions_seen
-        seen[(req.owner, req.session_id)] = (specialist, version)
-        seen.move_to_end((req.owner, req.session_id))
-        while len(seen) > SESSIONS_SEEN:
-            seen.popitem(last=False)
 
     # ------------------------------------------------------------ placing
 
@@ -501,16 +484,17 @@ class RoutingCore:
             # no session to read first: decide now, so the placement read goes with the states read
             decided = await self.decide(req, prefetched=(None,))
             guess = self._guess(req, decided[0].specialist)
-        early = self._read_ahead(req, guess) if guess is not None else None
+        reading = asyncio.ensure_future(self.read_session_and_states(req))  # one round trip, as the session alone
+        early = None
         try:
-            session, states = await self.read_session_and_states(req)  # one round trip, as the session alone
+            # the placement request's rendering and hashing run while that read is in flight
+            early = self._read_ahead(req, guess) if guess is not None else None
+            session, states = await reading
             decision, session = decided or await self.decide(req, prefetched=(session,))
             if gate is not None:
                 await gate
             state = states[decision.specialist]
             choice = self.choose_version(req, decision, session, state)
-            if req.session_id:
-                self._remember_session(req, decision.specialist, choice.version)
             t1 = time.perf_counter()
             replicas = self.versions.filter_replicas(state, choice.version, await self.replicas())
             ahead = early if early is not None and guess == (decision.specialist, choice.version) else None
@@ -518,6 +502,8 @@ class RoutingCore:
             replica, placement, snapshot, preq = await self.place(req, decision, session, replicas, choice.version,
                                                                   ahead=ahead)
         finally:
+            if not reading.done():
+                reading.cancel()
             if early is not None:  # guessed wrong (or failed): its read is dropped
                 early[1].cancel()
         t2 = time.perf_counter()
