@@ -20,9 +20,10 @@ instances joined with `--enable-mesh` (which syncs their trees). Then it measure
 3. router-added TTFT, paired: each real prompt goes through router → specialist and straight to
    the specialist (and engine replica) the router chose, in alternating order; a per-path tag at
    the head keeps either from hitting the other's cache; p50 and p99 of the per-pair difference;
-4. a multi-turn workload (sessions sharing a few long system prompts, each turn carrying the
-   whole history, fixed assistant turns so every arm sends the same requests with the same
-   session ids) forced to the chat specialist: the prompt tokens the engines report served from
+4. a multi-turn workload with KV pressure (sessions sharing 4 short system prompts, each turn
+   carrying the whole growing history, fixed assistant turns of about 60 tokens so every arm sends
+   the same requests with the same session ids; each engine's cache is 1.25 x its fair share of
+   the working set, measured by tokenizing the workload first) forced to the chat specialist: the prompt tokens the engines report served from
    their caches (`cached_tokens`) and mean TTFT for ours prefix_affinity, ours round_robin,
    smg cache_aware, two of ours (requests alternating between A and B) and two smg with
    --enable-mesh (alternating likewise). Each arm runs --repeats times, arms interleaved (the
