@@ -20,9 +20,10 @@ instances joined with `--enable-mesh` (which syncs their trees). Then it measure
 3. router-added TTFT, paired: each real prompt goes through router → specialist and straight to
    the specialist (and engine replica) the router chose, in alternating order; a per-path tag at
    the head keeps either from hitting the other's cache; p50 and p99 of the per-pair difference;
-4. a multi-turn workload (sessions sharing a few long system prompts, each turn carrying the
-   whole history, fixed assistant turns so every arm sends the same requests with the same
-   session ids) forced to the chat specialist: the prompt tokens the engines report served from
+4. a multi-turn workload with KV pressure (sessions sharing 4 short system prompts, each turn
+   carrying the whole growing history, fixed assistant turns of about 60 tokens so every arm sends
+   the same requests with the same session ids; each engine's cache is 1.25 x its fair share of
+   the working set, measured by tokenizing the workload first) forced to the chat specialist: the prompt tokens the engines report served from
    their caches (`cached_tokens`) and mean TTFT for ours prefix_affinity, ours round_robin,
    smg cache_aware, two of ours (requests alternating between A and B) and two smg with
    --enable-mesh (alternating likewise). Each arm runs --repeats times, arms interleaved (the
@@ -419,6 +420,41 @@ class Senders:
             await channel.close()
 
 
+def reply(s: int, t: int) -> str:
+    """A fixed assistant turn (about 60 tokens, as long as a short real answer), the same in every arm."""
+    return " ".join(REPLIES[(s + t + k) % len(REPLIES)] for k in range(3))
+
+
+def conversation(s: int, turns: int, systems: list[str], users: list[str], salt: str = "") -> list[list[dict[str, str]]]:
+    """Session `s`'s requests, turn by turn: each carries the whole history (system, user, assistant, ...)."""
+    messages = [{"role": "system", "content": f"[{salt}] {systems[s % len(systems)]}"}]
+    out = []
+    for t in range(turns):
+        messages = [*messages, {"role": "user", "content": users[(s * turns + t) % len(users)]}]
+        out.append(messages)
+        messages = [*messages, {"role": "assistant", "content": reply(s, t)}]
+    return out
+
+
+def working_set(sessions: int, turns: int, systems: list[str], users: list[str], model_dir: Path) -> dict[str, int]:
+    """Prompt tokens of the workload as the chat specialist renders it: the longest request and the sum over
+    sessions of each one's last request (what the engines must hold at once to serve every next turn from cache)."""
+    from transformers import AutoTokenizer
+
+    from macaron.config import load_settings
+    from macaron.prompting import ChatRequest, Message, render
+    from macaron.specialist.profiles import load_profile
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    profile = load_profile(load_settings(None).specialists, "chat")
+    last = []
+    for s in range(sessions):
+        final = conversation(s, turns, systems, users, salt="0" * 12)[-1]
+        chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in final))  # type: ignore[arg-type]
+        last.append(len(tokenizer(render(chat, profile, tokenizer), add_special_tokens=False)["input_ids"]))
+    return {"longest_request": max(last), "working_set": sum(last)}
+
+
 async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
                      users: list[str], concurrency: int) -> RunResult:
     """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets.
@@ -430,10 +466,8 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
     counter = iter(range(10**9))
 
     async def session(s: int) -> None:
-        messages = [{"role": "system", "content": f"[{salt}] {systems[s % len(systems)]}"}]
         session_id = f"{salt}-{s}"
-        for t in range(turns):
-            messages.append({"role": "user", "content": users[(s * turns + t) % len(users)]})
+        for messages in conversation(s, turns, systems, users, salt):
             target = targets[next(counter) % len(targets)]
             async with gate:
                 try:
@@ -447,7 +481,6 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
                     log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
                     return
             result.turns.append(turn)
-            messages.append({"role": "assistant", "content": REPLIES[(s + t) % len(REPLIES)]})
 
     await asyncio.gather(*(session(s) for s in range(sessions)))
     rate = result.cached / result.prompt if result.prompt else 0.0
@@ -658,17 +691,17 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
             f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
 
         t = time.monotonic()
-        shape = dict(sessions=args.sessions or (6 if quick else 32), turns=3 if quick else 5, systems=systems,
-                     users=users, concurrency=4 if quick else 8)
+        shape = dict(sessions=args.sessions, turns=args.turns, systems=args.work_systems, users=users,
+                     concurrency=4 if quick else 8)
         arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
         if stack.smg:
             arms.update({"smg cache_aware x1": [stack.smg["smg1"]], "ours prefix_affinity x2": ["a", "b"],
                          "smg cache_aware x2 mesh": [stack.smg["smg2a"], stack.smg["smg2b"]]})
         else:
             log("  smg is not installed (pip install smg): no comparison with SGLang's router")
-        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(systems)} shared system "
-            f"prompts, {len(stack.engines)} engines of {args.kv_tokens} KV tokens; {args.repeats} rounds, arms "
-            f"interleaved):")
+        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
+            f"shared system prompts, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
+            f"{args.kv_tokens} KV tokens; {args.repeats} rounds, arms interleaved):")
         runs: dict[str, list[RunResult]] = {name: [] for name in arms}
         names = list(arms)
         for round_ in range(args.repeats):
@@ -698,7 +731,7 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
                                  for name, rs in runs.items()}
         out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
         out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
-                           "repeats": args.repeats, "kv_tokens": args.kv_tokens}
+                           "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
         log(f"  ({time.monotonic() - t:.1f} s)")
     finally:
         await senders.close()
@@ -712,11 +745,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="Built-in model the engine replicas serve (default: smollm2, the real default model).")
     parser.add_argument("--replicas", type=int, default=4, help="Embedded-engine replicas (default 4, at least 4 "
                         "for the comparison the issue asks for).")
-    parser.add_argument("--kv-tokens", type=int, default=1024,
-                        help="KV-cache tokens per engine (default 1024: below the workload's working set, above its "
-                        "longest request).")
-    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 6, "
-                        "or 32 without --quick).")
+    parser.add_argument("--kv-tokens", type=int, default=0,
+                        help="KV-cache tokens per engine (default: 1.25 x the workload's working set / replicas, "
+                        "at least its longest request: a router that spreads the sessions evenly and keeps each on "
+                        "one replica can serve every next turn from cache; one that does not, cannot).")
+    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 8, "
+                        "or 24 without --quick).")
+    parser.add_argument("--turns", type=int, default=0, help="Turns per session (default 5, or 8 without --quick).")
     parser.add_argument("--pairs", type=int, default=0, help="Prompts of the paired router-added TTFT (default 8, "
                         "or 80 without --quick; 4 more warm up).")
     parser.add_argument("--repeats", type=int, default=3, help="Runs of each multi-turn arm (default 3).")
@@ -746,7 +781,20 @@ def main(argv: list[str] | None = None) -> int:
     log(f"bench_router ({'quick' if args.quick else 'full'}), work dir {workdir}")
     from macaron.assets.builtin import ensure_builtin_model
 
-    preloaded = Preloaded(ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False).model_dir)
+    model_dir = ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False).model_dir
+    args.sessions = args.sessions or (8 if args.quick else 24)
+    args.turns = args.turns or (5 if args.quick else 8)
+    args.work_systems = system_prompts(4, 250, seed=11)
+    users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))
+    args.sizes = working_set(args.sessions, args.turns, args.work_systems, users, model_dir)
+    if not args.kv_tokens:
+        args.kv_tokens = max(args.sizes["longest_request"] + args.max_new_tokens + 64,
+                             int(1.25 * args.sizes["working_set"] / args.replicas))
+    log(f"multi-turn working set {args.sizes['working_set']} tokens (longest request {args.sizes['longest_request']}); "
+        f"{args.replicas} engines of {args.kv_tokens} KV tokens ({args.replicas * args.kv_tokens} in all)")
+    if args.kv_tokens >= args.sizes["working_set"]:
+        log("  note: one engine holds the whole working set: no KV pressure, placement cannot matter much")
+    preloaded = Preloaded(model_dir)
     stack = start_stack(args, workdir)
     try:
         results = asyncio.run(measure(args, stack, preloaded))

@@ -51,6 +51,11 @@ class ServeSettings(BaseModel):
     )
     startup_timeout_s: float = Field(300.0, description="Longest wait for every component to be ready.")
     progress: bool = Field(True, description="Show a progress bar while the built-in model is prepared (first run only).")
+    kv_events: bool = Field(
+        True,
+        description="The embedded engine publishes its KV-cache events on a free loopback port (unless "
+        "`engine.kv_events_config` says otherwise), so the router places on what the engine really caches.",
+    )
 
 
 class PortInUseError(RuntimeError):
@@ -213,6 +218,8 @@ class EmbeddedStack:
                 updates["lora_paths"] = [f"{name}={path}" for name, path in assets.adapters.items()]
                 self._serve_newest_versions(newest_versions(assets.adapters))
                 s = self.settings
+        if s.serve.kv_events and not args.kv_events_config:  # loopback only; the router reads it from server info
+            updates["kv_events_config"] = json.dumps({"publisher": "zmq", "endpoint": f"tcp://{LOOPBACK}:*"})
         port = choose_port(args.port, fallback=s.serve.free_ports, what="engine")
         sock = bind_socket(LOOPBACK, port)
         updates["port"] = sock.getsockname()[1]

@@ -70,6 +70,14 @@ def test_refuses_a_public_address_without_keys(tmp_path: Path) -> None:
     assert "refusing to serve without API keys" in (tmp_path / "log").read_text()
 
 
+def test_the_embedded_engine_publishes_kv_events_on_loopback(stack: Stack) -> None:
+    """`macaron serve` turns the engine's KV-cache events on (a free loopback port), so its router places
+    on what the engine really caches; the endpoint comes from the engine's server info, as for SGLang."""
+    info = httpx.get(stack.engine_url + "/get_server_info", timeout=10).json()
+    endpoint = info.get("kv_events_endpoint") or ""
+    assert endpoint.startswith("tcp://127.0.0.1:") and not endpoint.endswith(":*"), info
+
+
 def test_sigterm_lets_a_stream_finish_then_exits_cleanly(stack: Stack) -> None:
     body = {"model": "macaron-chat", "stream": True, "max_tokens": 300, "temperature": 0, "repetition_penalty": 1.0,
             "messages": [{"role": "user", "content": "Tell me a story"}]}

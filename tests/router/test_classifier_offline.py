@@ -40,6 +40,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     texts = [e.text for e in load_jsonl(sys.argv[1])[:8]]
     direct = [clf.embedder.encode([t])[0] for t in texts]
+    clf.embedder._cache.clear()  # the evaluation above cached some of them
     before = clf.embedder.batches
     clf.embedder.window_s = 0.05
     got = [None] * len(texts)
@@ -51,8 +52,14 @@ SCRIPT = textwrap.dedent(
     [t.start() for t in threads]
     [t.join() for t in threads]
     same = all(float(np.dot(a, b)) > 0.999 for a, b in zip(direct, got))
+    calls = clf.embedder.batches - before
+    # A conversation's earlier turns come back with every turn: served from the cache, not encoded again.
+    hits = clf.embedder.cache_hits
+    again = clf.embedder.encode_batched(["a new turn about invoices", *reversed(texts)])
+    cached_same = all(float(np.dot(a, b)) > 0.999 for a, b in zip(reversed(direct), again[1:]))
     print(json.dumps({"escalated": decision.escalated, "dev": result, "batched_same": same,
-                      "encoder_calls": clf.embedder.batches - before, "requests": len(texts)}))
+                      "encoder_calls": calls, "requests": len(texts), "cached_same": cached_same,
+                      "cache_hits": clf.embedder.cache_hits - hits, "calls_after": clf.embedder.batches - before}))
     """
 )
 
@@ -80,3 +87,5 @@ def test_artifact_and_embedder_load_offline(routing_data_dir, capsys) -> None:
     assert 0.0 < dev["escalation_rate"] < 0.6
     assert out["batched_same"], "a micro-batched request got another request's embedding"
     assert 1 <= out["encoder_calls"] < out["requests"], out
+    assert out["cached_same"] and out["cache_hits"] == out["requests"], out
+    assert out["calls_after"] == out["encoder_calls"] + 1, out  # only the new turn was encoded

@@ -166,3 +166,54 @@ async def test_the_approximate_index_learns_from_cached_tokens_and_restarts() ->
     c._plain_replica(replica, time.time() + 1)
     assert not (await c.route(request("write a parser for this file format"))).snapshot.prefix_share.get(replica)
     await c.aclose()
+
+
+class SlowStore(MemoryStore):
+    """Every read takes 50 ms; records how many reads were in flight at once."""
+
+    def __init__(self, in_flight: list[int]) -> None:
+        super().__init__()
+        self.in_flight = in_flight
+
+    async def hgetall_many(self, keys):
+        self.in_flight[0] += 1
+        self.in_flight[1] = max(self.in_flight[1], self.in_flight[0])
+        try:
+            await asyncio.sleep(0.05)
+            return await super().hgetall_many(keys)
+        finally:
+            self.in_flight[0] -= 1
+
+
+def read_ahead(c: RoutingCore, outcome: str) -> float:
+    return c.metrics.registry.get_sample_value("macaron_router_read_ahead_total", {"outcome": outcome}) or 0.0
+
+
+async def test_the_placement_read_overlaps_the_state_read_when_the_specialist_is_known_first() -> None:
+    """A forced specialist, or a request without a session (decided before any read), reads the placement
+    state alongside the version states: one round trip of latency. A session's turn reads its session first.
+    A wrong guess (say the version states changed meanwhile) is read again and placed like any other."""
+    in_flight = [0, 0]
+    c = core(Fixed("code", 0.95), SlowStore(in_flight), cache=SlowStore(in_flight))
+    await c.start()
+    try:
+        first = await c.route(request("write a parser for this file format", session="s"))
+        first.commit()
+        first.release()
+        await c.flush()
+        assert read_ahead(c, "none") == 1 and in_flight[1] == 1  # the session first, then the placement
+        in_flight[1] = 0
+        forced = await c.route(RouteRequest(ChatRequest((Message("user", "hello there"),)), owner="o", forced="ui"))
+        forced.release()
+        plain = await c.route(request("write a parser for this file format", "now add tests"))
+        plain.release()
+        assert read_ahead(c, "hit") == 2 and in_flight[1] == 2
+        assert forced.decision.specialist == "ui" and plain.decision.specialist == "code"
+        assert plain.replica == first.replica and plain.snapshot.prefix.get(first.replica)
+        c._guess = lambda req, specialist=None: ("ui", "")  # as if it had guessed wrong
+        moved = await c.route(request("write a parser for this file format", "and a printer"))
+        moved.release()
+        assert read_ahead(c, "miss") == 1 and moved.decision.specialist == "code"
+        assert moved.replica == first.replica and moved.snapshot.prefix.get(first.replica)
+    finally:
+        await c.aclose()

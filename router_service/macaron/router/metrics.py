@@ -32,6 +32,10 @@ class RouterMetrics:
             "macaron_router_route_seconds", "Time to decide and place a request (store round trips included).",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.read_ahead = Counter(
+            "macaron_router_read_ahead_total", "Placement reads started before the decision, by outcome (hit: the "
+            "guessed specialist and version were right, miss: read again, none: no guess).", ["outcome"], registry=r,
+        )
         self.judge = Counter(
             "macaron_router_judge_total", "Judge calls by outcome (ok, timeout, error).", ["outcome"], registry=r
         )

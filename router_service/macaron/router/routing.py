@@ -69,6 +69,12 @@ log = logging.getLogger(__name__)
 MAX_BACKGROUND_WRITES = 1024
 
 
+def _consume(task: asyncio.Task[Any]) -> None:
+    """A read-ahead nobody awaits (a wrong guess) must not log 'exception never retrieved'."""
+    if not task.cancelled():
+        task.exception()
+
+
 class ClassifierLike(Protocol):
     """The fast classifier (macaron.router.classifier), or any object with the same call."""
 
@@ -382,30 +388,42 @@ class RoutingCore:
             log.debug("cannot tokenize the prompt for the KV index: %s", exc)
             return []
 
-    async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
-                    replicas: Sequence[str], version: str | None = None,
-                    ) -> tuple[str | None, Placement | None, Snapshot | None, PlacementRequest]:
-        same_specialist = session is not None and session.specialist == decision.specialist
-        preq = PlacementRequest(
-            specialist=decision.specialist,
-            session_replica=session.replica if same_specialist and session else None,
-        )
-        if not replicas:
-            return None, None, None, preq
-        if req.replica_hint:
-            try:
-                wanted = normalize_url(req.replica_hint)
-            except ValueError:
-                raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not an http(s) URL") from None
-            if wanted not in replicas:
-                raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not a discovered base-group replica")
-            return wanted, None, None, preq
+    # ------------------------------------------------------------ reading ahead
+
+    def _guess(self, req: RouteRequest, specialist: str | None = None) -> tuple[str, str] | None:
+        """The (specialist, adapter version) of a request whose specialist is known before any store read
+        (forced, or decided without a session); the version as the last known states choose it. None: no
+        guess. A session's next turn is not guessed: on conversations that change topic, wrong guesses
+        (a second read, the prompt hashed twice) cost more than the right ones saved."""
+        if req.replica_hint or self.policy != "prefix_affinity":
+            return None
+        specialist = specialist or req.forced
+        state = self.versions.last_states.get(specialist) if specialist else None
+        if state is None or specialist not in self.adapters:
+            return None
+        key = f"{req.owner}\x00{req.session_id}" if req.session_id else (req.request_id or str(id(req)))
+        return specialist, self.versions.choose(state, None, key).version
+
+    def _read_ahead(self, req: RouteRequest, guess: tuple[str, str]
+                    ) -> tuple[PlacementRequest, asyncio.Task[Snapshot]]:
+        """Starts the placement read for the guess, so it overlaps the session read and the decision
+        (one store round trip of latency instead of two); `route` uses it only if the guess was right."""
+        preq = self.placement_request(req, guess[0], guess[1])
+        task = asyncio.ensure_future(self.snapshots.read(preq, with_load=True))
+        task.add_done_callback(_consume)
+        return preq, task
+
+    # ------------------------------------------------------------ placing
+
+    def placement_request(self, req: RouteRequest, specialist: str, version: str | None = None) -> PlacementRequest:
+        """The prompt as the specialist will send it, in the blocks both indexes key (render, tokenize, hash);
+        without the session's replica, which the caller adds."""
         s = self.settings
         hashes: tuple[str, ...] = ()
         kv_keys: tuple[str, ...] = ()
         n_tokens = n_chars = 0
-        adapter = self.engine_adapter(decision.specialist, version)
-        text = self.prompt_text(req.chat, decision.specialist) if self.policy == "prefix_affinity" else None
+        adapter = self.engine_adapter(specialist, version)
+        text = self.prompt_text(req.chat, specialist) if self.policy == "prefix_affinity" else None
         if text is not None:
             hashes = tuple(block_hashes(text, block_chars=s.prefix_block_chars, seed=adapter,
                                         max_blocks=s.prefix_max_blocks))
@@ -418,13 +436,37 @@ class RoutingCore:
         # ties (nothing cached anywhere yet) go by the prompt's head, so requests sharing a system
         # prompt meet on one replica even before the index has them; else by session, else request
         tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
-        preq = PlacementRequest(decision.specialist, hashes, preq.session_replica, tie_key, kv_keys=kv_keys,
+        return PlacementRequest(specialist, hashes, None, tie_key, kv_keys=kv_keys,
                                 prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,
                                 block_chars=s.prefix_block_chars, adapter=adapter)
-        snapshot = await self.snapshots.read(preq, with_load=self.policy != "round_robin")
+
+    async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
+                    replicas: Sequence[str], version: str | None = None, *,
+                    ahead: tuple[PlacementRequest, Awaitable[Snapshot]] | None = None,
+                    ) -> tuple[str | None, Placement | None, Snapshot | None, PlacementRequest]:
+        """The replica for a decided request; `ahead`: its placement request and snapshot read already started."""
+        same_specialist = session is not None and session.specialist == decision.specialist
+        session_replica = session.replica if same_specialist and session else None
+        preq = PlacementRequest(specialist=decision.specialist, session_replica=session_replica)
+        if not replicas:
+            return None, None, None, preq
+        if req.replica_hint:
+            try:
+                wanted = normalize_url(req.replica_hint)
+            except ValueError:
+                raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not an http(s) URL") from None
+            if wanted not in replicas:
+                raise InvalidHintError(f"engine_replica_hint {req.replica_hint!r} is not a discovered base-group replica")
+            return wanted, None, None, preq
+        if ahead is not None:
+            preq, snapshot = dataclasses.replace(ahead[0], session_replica=session_replica), await ahead[1]
+        else:
+            preq = dataclasses.replace(self.placement_request(req, decision.specialist, version),
+                                       session_replica=session_replica)
+            snapshot = await self.snapshots.read(preq, with_load=self.policy != "round_robin")
         if self.policy == "prefix_affinity":
             inventory = self.versions.inventory
-            snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, adapter) for r in replicas})
+            snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, preq.adapter) for r in replicas})
         placement = self.profile.run(preq, replicas, snapshot)
         return placement.replica, placement, snapshot, preq
 
@@ -436,16 +478,36 @@ class RoutingCore:
         and if it raises, the request leaves no trace.
         """
         t0 = time.perf_counter()
-        session, states = await self.read_session_and_states(req)  # one round trip, as the session alone
-        decision, session = await self.decide(req, prefetched=(session,))
-        if gate is not None:
-            await gate
-        state = states[decision.specialist]
-        choice = self.choose_version(req, decision, session, state)
-        t1 = time.perf_counter()
-        replicas = self.versions.filter_replicas(state, choice.version, await self.replicas())
-        replica, placement, snapshot, preq = await self.place(req, decision, session, replicas, choice.version)
+        decided: tuple[Decision, SessionView | None] | None = None
+        guess = self._guess(req)
+        if guess is None and not req.forced and not req.session_id and not req.replica_hint:
+            # no session to read first: decide now, so the placement read goes with the states read
+            decided = await self.decide(req, prefetched=(None,))
+            guess = self._guess(req, decided[0].specialist)
+        reading = asyncio.ensure_future(self.read_session_and_states(req))  # one round trip, as the session alone
+        early = None
+        try:
+            # the placement request's rendering and hashing run while that read is in flight
+            early = self._read_ahead(req, guess) if guess is not None else None
+            session, states = await reading
+            decision, session = decided or await self.decide(req, prefetched=(session,))
+            if gate is not None:
+                await gate
+            state = states[decision.specialist]
+            choice = self.choose_version(req, decision, session, state)
+            t1 = time.perf_counter()
+            replicas = self.versions.filter_replicas(state, choice.version, await self.replicas())
+            ahead = early if early is not None and guess == (decision.specialist, choice.version) else None
+            early = None if ahead is not None else early
+            replica, placement, snapshot, preq = await self.place(req, decision, session, replicas, choice.version,
+                                                                  ahead=ahead)
+        finally:
+            if not reading.done():
+                reading.cancel()
+            if early is not None:  # guessed wrong (or failed): its read is dropped
+                early[1].cancel()
         t2 = time.perf_counter()
+        self.metrics.read_ahead.labels("none" if guess is None else "hit" if early is None else "miss").inc()
         route = Route(decision, replica, placement, snapshot, session, (t1 - t0) * 1000, (t2 - t0) * 1000,
                       degraded=self.store.degraded, adapter=state.adapter, version=choice.version,
                       version_reason=choice.reason, canary=choice.canary)

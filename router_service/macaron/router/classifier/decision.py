@@ -82,6 +82,7 @@ class SpecialistClassifier:
                     threads=self.settings.embedder_threads,
                     window_s=self.settings.embed_batch_window_ms / 1000.0,
                     max_batch=self.settings.embed_max_batch,
+                    cache_size=self.settings.embed_cache_size,
                 )
             return self._embedder
 

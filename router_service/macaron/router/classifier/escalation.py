@@ -9,7 +9,8 @@ starts (`ClassifierSettings.preload_embedder`); an unsure request waits for it a
 Escalations of concurrent requests are micro-batched: `encode_batched` queues the texts, and one
 worker thread gathers whatever arrives within `window_s` of the first (up to `max_batch` texts)
 into one encoder call, so N concurrent escalations cost about one forward pass of N rows instead
-of N serialised ones.
+of N serialised ones. The vectors of the last `cache_size` texts are kept: a conversation's earlier
+turns come back with every new turn, and only its new turn is encoded again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -41,10 +43,15 @@ class EmbedderUnavailable(RuntimeError):
 class Embedder:
     """Thread-safe, lazily loaded MiniLM encoder returning L2-normalised embeddings."""
 
-    def __init__(self, threads: int | None = None, *, window_s: float = 0.002, max_batch: int = 64) -> None:
+    def __init__(self, threads: int | None = None, *, window_s: float = 0.002, max_batch: int = 64,
+                 cache_size: int = 4096) -> None:
         self._threads = threads
         self.window_s = window_s
         self.max_batch = max_batch
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.cache_hits = 0  # texts served from the cache (tests and benchmarks read it)
         self._queue: queue.SimpleQueue[tuple[list[str], Future]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self.batches = 0  # encoder calls made by the batching worker (tests and benchmarks read it)
@@ -104,13 +111,33 @@ class Embedder:
         return np.asarray(vectors, dtype=np.float32)
 
     def encode_batched(self, texts: Sequence[str], timeout: float | None = 30.0) -> np.ndarray:
-        """Like `encode`, but shares one encoder call with the escalations arriving meanwhile."""
+        """Like `encode`, but shares one encoder call with the escalations arriving meanwhile; texts seen
+        lately come from the cache."""
         if not self.wait():
             raise EmbedderUnavailable(f"embedding model {ENCODER_NAME} could not be loaded: {self._error}")
-        future: Future = Future()
-        self._queue.put((list(texts), future))
-        self._ensure_worker()
-        return future.result(timeout)
+        texts = list(texts)
+        with self._cache_lock:
+            found = {t: self._cache[t] for t in texts if t in self._cache}
+            for t in found:
+                self._cache.move_to_end(t)
+            self.cache_hits += sum(t in found for t in texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            future: Future = Future()
+            self._queue.put((missing, future))
+            self._ensure_worker()
+            vectors = future.result(timeout)
+            found.update(zip(missing, vectors))
+            if self.cache_size > 0:
+                with self._cache_lock:
+                    for t, v in zip(missing, vectors):
+                        self._cache[t] = v
+                        self._cache.move_to_end(t)
+                    while len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, self._model.get_sentence_embedding_dimension()), dtype=np.float32)
+        return np.stack([found[t] for t in texts])
 
     def _ensure_worker(self) -> None:
         if self._worker is None:

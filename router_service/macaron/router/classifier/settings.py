@@ -66,6 +66,10 @@ class ClassifierSettings(BaseModel):
     embed_max_batch: int = Field(
         64, ge=1, description="Most texts in one micro-batched encoder call."
     )
+    embed_cache_size: int = Field(
+        4096, ge=0, description="Texts whose embeddings the router keeps (about 1.5 KiB each): a conversation's "
+        "earlier turns come back with every turn and are not encoded again (0: no cache)."
+    )
     embedder_threads: int | None = Field(
         None,
         ge=1,
