@@ -309,17 +309,9 @@ class ChatService:
                 yield _data(final.model_dump())
             yield "data: [DONE]\n\n"
             finished = True
-        except APIError as exc:
-            error = from_sdk(exc)
-            status = error.status
-            log.info("stream failed after it started: %s %s", error.status, exc.message)
-            yield _data(error.body())
-            yield "data: [DONE]\n\n"
-            finished = True
-        except GatewayError as error:
-            status = error.status
-            yield _data(error.body())
-            yield "data: [DONE]\n\n"
+        except (APIError, GatewayError) as exc:
+            status, frames = error_frames(exc, "stream")
+            yield frames
             finished = True
         except (asyncio.CancelledError, GeneratorExit):
             status = 499
@@ -335,6 +327,17 @@ class ChatService:
 
 def _data(obj: Any) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def error_frames(exc: APIError | GatewayError, what: str) -> tuple[int, str]:
+    """A failure after an SSE stream started: the status can no longer change, so the error goes
+    out as the last data frame (OpenAI's shape), then [DONE]. Returns the status for metrics."""
+    if isinstance(exc, APIError):
+        error = from_sdk(exc)
+        log.info("%s failed after it started: %s %s", what, error.status, exc.message)
+    else:
+        error = exc
+    return error.status, _data(error.body()) + "data: [DONE]\n\n"
 
 
 def _completion_id(request_id: str) -> str:

@@ -24,7 +24,7 @@ from macaron import telemetry
 from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
 from macaron.gateway.errors import GatewayError, from_sdk
-from macaron.gateway.serving_chat import ChatService, _data, route_headers, usage_model
+from macaron.gateway.serving_chat import ChatService, _data, error_frames, route_headers, usage_model
 from macaron.sdk import APIError, AsyncStream, ChatResult, TokenLogprob, Usage
 
 log = logging.getLogger(__name__)
@@ -216,17 +216,9 @@ class CompletionService(ChatService):
                 yield _data(final.model_dump())
             yield "data: [DONE]\n\n"
             finished = True
-        except APIError as exc:
-            error = from_sdk(exc)
-            status = error.status
-            log.info("completion stream failed after it started: %s %s", error.status, exc.message)
-            yield _data(error.body())
-            yield "data: [DONE]\n\n"
-            finished = True
-        except GatewayError as error:
-            status = error.status
-            yield _data(error.body())
-            yield "data: [DONE]\n\n"
+        except (APIError, GatewayError) as exc:
+            status, frames = error_frames(exc, "completion stream")
+            yield frames
             finished = True
         except (asyncio.CancelledError, GeneratorExit):
             status = 499
