@@ -126,3 +126,6 @@ def configure_logging(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request at INFO; discovery and inventory poll engines each second, which would
+    # bury the stack's own lines (and `macaron serve`'s banner). Its lines stay visible at debug.
+    logging.getLogger("httpx").setLevel(max(root.level, logging.WARNING))
