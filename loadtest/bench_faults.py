@@ -1,11 +1,13 @@
 """Benchmark of the stack under overload and faults: nothing lost, back-pressure instead of collapse.
 
-    python loadtest/bench_faults.py --quick    # under three minutes on a busy 2-core machine
-    python loadtest/bench_faults.py            # longer phases
+    python loadtest/bench_faults.py --quick                 # under three minutes on a busy 2-core machine
+    python loadtest/bench_faults.py                         # longer phases
+    python loadtest/bench_faults.py --quick --model tiny    # the tests' random tiny model instead
 
 Starts the fault suite's stack on loopback (two engine replicas, two specialist replicas per
-pool, two routers sharing a redis-server of its own, the gateway in front; tiny model) and runs
-the load generator (`macaron.loadgen`) through four phases:
+pool, two routers sharing a redis-server of its own, the gateway in front, admission control
+on the gateway and the routers; SmolLM2 and its four trained specialists unless --model says
+otherwise) and runs the load generator (`macaron.loadgen`) through four phases:
 
 1. steady: closed-loop multi-turn sessions (the baseline);
 2. overload: open-loop arrivals far beyond capacity: the share answered 429 (with Retry-After)
@@ -133,13 +135,15 @@ def line(name: str, report: LoadReport) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="Short phases (under three minutes).")
+    parser.add_argument("--model", choices=("smollm2", "tiny", "bench"), default="smollm2",
+                        help="Built-in model the engine replicas serve (default: smollm2, the real default model).")
     args = parser.parse_args()
     scale = 1.0 if args.quick else 3.0
 
-    from macaron.assets import ensure_tiny_model
+    from macaron.assets.builtin import ensure_builtin_model
 
-    say("building the tiny model (cached after the first run) ...")
-    assets = ensure_tiny_model(progress=False)
+    say(f"model {args.model} (built and cached on first use) ...")
+    assets = ensure_builtin_model(args.model, progress=False)
     prompts = load_dev_prompts()
     workdir = Path(tempfile.mkdtemp(prefix="macaron-bench-faults-"))
     say("starting the stack: 2 engines, 2 specialist replicas per pool, 2 routers, Redis, gateway ...")
@@ -205,7 +209,7 @@ def main() -> int:
         "clear_errors": sum(r.clear_errors for r in reports.values()),
         "lost": sum(r.lost for r in reports.values()),
     }
-    out = {**totals, **result, "peak_rss_mb": round(sampler.peak_mb, 1),
+    out = {**totals, **result, "peak_rss_mb": round(sampler.peak_mb, 1), "model": args.model,
            "phases": {name: {k: r.summary()[k] for k in ("sent", "completed", "clear_errors", "lost", "errors")}
                       for name, r in reports.items()}}
     print(json.dumps(out))

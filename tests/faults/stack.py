@@ -27,7 +27,12 @@ from specialist.processes import launch_engine, launch_specialists, macaron_comm
 
 STARTUP_TIMEOUT_S = 240.0
 MAX_STREAMS_PER_REPLICA = 3
-"""Small on purpose: the overload test reaches the specialists' back-pressure with little load."""
+"""Small on purpose: the specialists' own back-pressure stays in place behind the front door's."""
+GATEWAY_MAX_IN_FLIGHT = 8
+"""The gateway's admission limit: about what the two engines serve at once on two cores, so the excess of an
+overload is refused at the front door (at once) rather than deep in the path after queueing."""
+ROUTER_MAX_IN_FLIGHT = 8
+"""Each router's admission limit, for SDK clients that call a router directly (the gateway's calls count too)."""
 
 
 def kill(proc: Subprocess) -> None:
@@ -172,7 +177,7 @@ def start_fault_stack(workdir: Path, model: Path, adapters: dict[str, Path]) -> 
             "router": {
                 "pools": {name: [f"127.0.0.1:{ports[name]}" for ports in spec_ports] for name in SPECIALIST_NAMES},
                 "store_retry_s": 0.5, "load_heartbeat_s": 0.5, "metrics": False, "grace_period_s": 1.0,
-                "default_timeout_s": 30.0,
+                "default_timeout_s": 30.0, "admission": {"max_in_flight": ROUTER_MAX_IN_FLIGHT},
             },
         }
 
@@ -197,7 +202,7 @@ def start_fault_stack(workdir: Path, model: Path, adapters: dict[str, Path]) -> 
         targets = [f"127.0.0.1:{p}" for p in router_ports]
         gateway_config = _config(workdir / "gateway.yaml", {**common, "gateway": {
             "port": gateway_port, "router_target": "ipv4:" + ",".join(targets), "router_timeout_s": 30.0,
-            "grace_period_s": 1.0, "log_level": "warning"}})
+            "grace_period_s": 1.0, "log_level": "warning", "admission": {"max_in_flight": GATEWAY_MAX_IN_FLIGHT}}})
         gateway = macaron_command("macaron.gateway.cli", ["gateway"], workdir / "gateway.log", config=gateway_config)
         procs.append(gateway)
         for proc, url in engines:

@@ -26,6 +26,7 @@ from macaron.auth import Guard, require_internal_token, resolve_dev_mode
 from macaron.auth.tls import add_port, channel_credentials, channel_options
 from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
+from macaron.grpc_admission import AdmissionInterceptor
 from macaron.grpc_malformed import MalformedRequestInterceptor
 from macaron.lifecycle.admin import add_admin_service
 from macaron.ports import SPECIALISTS, metrics_port
@@ -149,7 +150,9 @@ class RouterServer:
                                    credentials=channel_credentials(rs.specialist_tls),
                                    channel_options=channel_options(rs.specialist_tls), internal_token=internal_token,
                                    channel_factory=channel_factory)
-        self.server = grpc.aio.server(interceptors=[MalformedRequestInterceptor()])
+        admission = AdmissionInterceptor(rs.admission, {f"/{SERVICE_NAME}/Generate"}, registry=self.metrics.registry,
+                                         metric_prefix="macaron_router")
+        self.server = grpc.aio.server(interceptors=[admission, MalformedRequestInterceptor()])
         router_pb2_grpc.add_RouterServicer_to_server(
             RouterServicer(self.core, self.forwarder, self.guard, default_timeout_s=rs.default_timeout_s,
                            max_messages=settings.specialists.max_messages, max_tools=settings.specialists.max_tools),

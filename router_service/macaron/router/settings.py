@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macaron.admission import AdmissionSettings
 from macaron.auth.settings import ClientTlsSettings, ServerTlsSettings
 from macaron.discovery import DiscoverySettings
 from macaron.discovery_k8s import EndpointSliceSettings
@@ -86,6 +87,11 @@ class RouterSettings(BaseModel):
     port: int = Field(ROUTER_PORT, description="gRPC port; Prometheus metrics are served on port + 1000.")
     metrics: bool = Field(True, description="Serve Prometheus metrics on port + 1000.")
     grace_period_s: float = Field(10.0, description="On SIGTERM, seconds in-flight streams get to finish.")
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings, description="Admission control: Generate calls in flight at once on this "
+        "replica (the gateway's included); the excess gets RESOURCE_EXHAUSTED with RetryInfo at once, before auth or "
+        "routing."
+    )
     router_id: str | None = Field(
         None, description="This replica's name in shared load counters; empty: host name, pid and a random suffix."
     )

@@ -25,6 +25,7 @@ from macaron.auth import Guard, resolve_dev_mode
 from macaron.config import MacaronSettings
 from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
+from macaron.gateway.admission import AdmissionMiddleware
 from macaron.gateway.errors import GatewayError, from_validation
 from macaron.gateway.metrics import GatewayMetrics
 from macaron.gateway.routes import router
@@ -117,6 +118,8 @@ def create_app(
         from macaron.gateway.playground import mount_playground
 
         mount_playground(app)
+    # Added first, so it runs inside the request-context middleware: refusals carry x-request-id too.
+    app.add_middleware(AdmissionMiddleware, settings=gs.admission, metrics=gateway.metrics)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=gs.max_body_bytes)
 
     @app.exception_handler(GatewayError)

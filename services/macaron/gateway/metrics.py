@@ -43,6 +43,18 @@ class GatewayMetrics:
             "macaron_gateway_auth_failures", "Requests refused by auth (401) or the key's rate limit (429).",
             ["status"], registry=r,
         )
+        self.admission_limit = Gauge(
+            "macaron_gateway_admission_limit", "Completions this replica serves at once (gateway.admission.max_in_flight; "
+            "0: no limit).", registry=r,
+        )
+        self.admission_in_flight = Gauge(
+            "macaron_gateway_admission_in_flight", "Completions admitted and not finished (a stream until its last byte).",
+            registry=r,
+        )
+        self.admission_rejected = Counter(
+            "macaron_gateway_admission_rejected", "Requests refused at the front door with 429 (server_overloaded) because "
+            "max_in_flight completions were running.", ["path"], registry=r,
+        )
         self.disconnects = Counter(
             "macaron_gateway_client_disconnects", "Streams the client left before the end (cancelled downstream).",
             registry=r,

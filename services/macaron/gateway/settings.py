@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macaron.admission import AdmissionSettings
 from macaron.ports import GATEWAY_PORT, ROUTER_PORT
 
 
@@ -42,6 +43,10 @@ class GatewaySettings(BaseModel):
         "included); deeper is a 400 before anything parses it further."
     )
     max_messages: int = Field(1024, description="Most messages in one chat request; more is a 400.")
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings, description="Admission control: completions in flight at once on this "
+        "replica; the excess gets 429 with Retry-After at once, before auth, routing or any queue."
+    )
     grace_period_s: float = Field(
         10.0, description="On SIGTERM: seconds in-flight requests and streams get to finish before the gateway exits."
     )
