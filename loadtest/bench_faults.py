@@ -47,6 +47,8 @@ from macaron.loadgen.report import percentile  # noqa: E402
 from macaron.loadgen.workload import Workload, load_dev_prompts  # noqa: E402
 
 DEADLINE_S = 30.0
+MAX_IN_FLIGHT = {"smollm2": 4, "tiny": 6, "bench": 4}
+"""The gateway's admission limit per model: about what the two CPU engines finish well within the deadline."""
 STORE_HEALTH = "macaron.v1.Router/store"
 
 
@@ -148,7 +150,8 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="macaron-bench-faults-"))
     say("starting the stack: 2 engines, 2 specialist replicas per pool, 2 routers, Redis, gateway ...")
     started = time.monotonic()
-    stack = start_fault_stack(workdir, assets.model_dir, dict(assets.adapters))
+    stack = start_fault_stack(workdir, assets.model_dir, dict(assets.adapters),
+                              gateway_max_in_flight=MAX_IN_FLIGHT[args.model])
     say(f"stack ready in {time.monotonic() - started:.1f} s")
     sampler = MemorySampler(stack)
     sampler.start()

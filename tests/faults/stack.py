@@ -28,11 +28,13 @@ from specialist.processes import launch_engine, launch_specialists, macaron_comm
 STARTUP_TIMEOUT_S = 240.0
 MAX_STREAMS_PER_REPLICA = 3
 """Small on purpose: the specialists' own back-pressure stays in place behind the front door's."""
-GATEWAY_MAX_IN_FLIGHT = 8
-"""The gateway's admission limit: about what the two engines serve at once on two cores, so the excess of an
-overload is refused at the front door (at once) rather than deep in the path after queueing."""
-ROUTER_MAX_IN_FLIGHT = 8
+GATEWAY_MAX_IN_FLIGHT = 2 * MAX_STREAMS_PER_REPLICA
+"""The gateway's admission limit: what one pool's two replicas serve at once, so the excess of an overload is
+refused at the front door (at once), never deep in the path after queueing, whatever the route mix."""
+ROUTER_MAX_IN_FLIGHT = 2 * MAX_STREAMS_PER_REPLICA
 """Each router's admission limit, for SDK clients that call a router directly (the gateway's calls count too)."""
+ENGINE_KV_TOKENS = 8192
+"""Each engine's KV-cache budget: ample for a few short sessions, and 0.4 GB instead of 3 GB per SmolLM2 engine."""
 
 
 def kill(proc: Subprocess) -> None:
@@ -112,7 +114,8 @@ class FaultStack:
         """A new engine process on the same port (the specialists' static discovery lists that URL)."""
         port = int(self.engine_urls[i].rsplit(":", 1)[1])
         args = ["engine", "--host", "127.0.0.1", "--port", str(port), "--model-path", str(self.model_dir),
-                "--log-level", "warning", "--lora-paths", *(f"{n}={p}" for n, p in self.adapters.items())]
+                "--log-level", "warning", "--max-total-tokens", str(ENGINE_KV_TOKENS),
+                "--lora-paths", *(f"{n}={p}" for n, p in self.adapters.items())]
         self.engines[i] = macaron_command("macaron.engine.cli", args, self._log(f"engine{i}"))
         if wait:
             wait_engine(self.engines[i], self.engine_urls[i])
@@ -158,13 +161,18 @@ def _config(path: Path, body: dict[str, Any]) -> Path:
     return path
 
 
-def start_fault_stack(workdir: Path, model: Path, adapters: dict[str, Path]) -> FaultStack:
-    """Starts everything in parallel and returns once the gateway is ready; stops what started on failure."""
+def start_fault_stack(workdir: Path, model: Path, adapters: dict[str, Path], *,
+                      gateway_max_in_flight: int = GATEWAY_MAX_IN_FLIGHT) -> FaultStack:
+    """Starts everything in parallel and returns once the gateway is ready; stops what started on failure.
+
+    `gateway_max_in_flight` is the gateway's admission limit: size it to what the two engines serve
+    at once with this model (a slower model, fewer)."""
     store = RedisServer(workdir)
     store.start()
     procs: list[Subprocess] = []
     try:
-        engines = [launch_engine(model, adapters, workdir / f"engine{i}.log") for i in range(2)]
+        engines = [launch_engine(model, adapters, workdir / f"engine{i}.log", ["--max-total-tokens", str(ENGINE_KV_TOKENS)])
+                   for i in range(2)]
         procs += [p for p, _ in engines]
         urls = [u for _, u in engines]
         spec_ports = [{name: free_port() for name in SPECIALIST_NAMES} for _ in range(2)]
@@ -202,7 +210,7 @@ def start_fault_stack(workdir: Path, model: Path, adapters: dict[str, Path]) -> 
         targets = [f"127.0.0.1:{p}" for p in router_ports]
         gateway_config = _config(workdir / "gateway.yaml", {**common, "gateway": {
             "port": gateway_port, "router_target": "ipv4:" + ",".join(targets), "router_timeout_s": 30.0,
-            "grace_period_s": 1.0, "log_level": "warning", "admission": {"max_in_flight": GATEWAY_MAX_IN_FLIGHT}}})
+            "grace_period_s": 1.0, "log_level": "warning", "admission": {"max_in_flight": gateway_max_in_flight}}})
         gateway = macaron_command("macaron.gateway.cli", ["gateway"], workdir / "gateway.log", config=gateway_config)
         procs.append(gateway)
         for proc, url in engines:

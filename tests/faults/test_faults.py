@@ -112,8 +112,27 @@ def test_overload_gets_429_with_retry_after_and_accepted_requests_complete(fault
     rejected = [r for r in report.results if r.outcome == "http_429"]
     assert rejected, f"no back-pressure at 60 req/s: {counts(report)}"
     assert all(r.retry_after_s and r.retry_after_s >= 1 for r in rejected)
+    # Refused at the front door (admission control), not deep in the path after queueing.
+    assert all("in flight" in r.detail for r in rejected), {r.detail for r in rejected}
     assert {r.outcome for r in report.results} <= {"ok", "http_429"}, counts(report)
+    assert report.completed >= 1
     assert fault_stack.gateway.proc.poll() is None
+    refused = httpx.get(fault_stack.gateway_url + "/metrics", timeout=10).text
+    assert 'macaron_gateway_admission_rejected_total{path="/v1/chat/completions"}' in refused
+
+
+def test_overload_over_grpc_gets_resource_exhausted_with_retry_info(fault_stack: FaultStack) -> None:
+    """SDK clients skip the gateway: the router's own front door refuses their excess at once."""
+    cfg = LoadConfig(fault_stack.router_targets[1], transport="grpc", rate=50.0, duration_s=2.0, max_requests=120,
+                     timeout_s=DEADLINE_S, max_tokens=48, turns=1, max_retries=0)
+    report = asyncio.run(run_load(cfg, workload=Workload(PROMPTS, turns=1, seed=cfg.seed)))
+    print(counts(report))
+    assert report.lost == 0, counts(report)
+    rejected = [r for r in report.results if r.outcome == "grpc_RESOURCE_EXHAUSTED"]
+    assert rejected, f"no back-pressure at 50 calls/s: {counts(report)}"
+    assert all(r.retry_after_s == 1.0 and "in flight" in r.detail for r in rejected)  # RetryInfo from the router
+    assert {r.outcome for r in report.results} <= {"ok", "grpc_RESOURCE_EXHAUSTED"}, counts(report)
+    assert report.completed >= 1
 
 
 def test_clients_leaving_mid_stream_stop_the_engine_work(fault_stack: FaultStack) -> None:
