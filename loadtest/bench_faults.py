@@ -47,8 +47,10 @@ from macaron.loadgen.report import percentile  # noqa: E402
 from macaron.loadgen.workload import Workload, load_dev_prompts  # noqa: E402
 
 DEADLINE_S = 30.0
-MAX_IN_FLIGHT = {"smollm2": 4, "tiny": 6, "bench": 4}
-"""The gateway's admission limit per model: about what the two CPU engines finish well within the deadline."""
+MAX_IN_FLIGHT = {"smollm2": 3, "tiny": 6, "bench": 3}
+"""The gateway's admission limit per model: about what the two CPU engines finish well within the deadline
+(never below the closed-loop phases' 3 clients, which would otherwise spin on 429s)."""
+OVERLOAD_MAX_TOKENS = 24
 STORE_HEALTH = "macaron.v1.Router/store"
 
 
@@ -164,7 +166,7 @@ def main() -> int:
         # Overload at 60/s, then at twice that: if memory is bounded, the second adds no more than the first.
         for name, rate in (("overload", 60.0), ("overload_2x", 120.0)):
             baseline = sampler.begin_window()
-            reports[name] = load(stack, prompts, rate=rate, duration_s=3.0 * scale, max_tokens=48, turns=1,
+            reports[name] = load(stack, prompts, rate=rate, duration_s=3.0 * scale, max_tokens=OVERLOAD_MAX_TOKENS, turns=1,
                                  max_requests=int(rate * 3.0 * scale) + 10)
             result[f"{name}_rss_growth_mb"] = round(sampler.window_peak_mb - baseline, 1)
             line(name, reports[name])

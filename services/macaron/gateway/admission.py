@@ -50,8 +50,8 @@ class AdmissionMiddleware:
         retry_after = self.settings.retry_after_s
         error = GatewayError(429, overloaded_message(self.limit, retry_after), type="rate_limit_error",
                              code=OVERLOADED_CODE, retry_after_s=retry_after)
-        # Connection: close, as the body was not read (the client opens a fresh connection for its retry).
-        response = JSONResponse(error.body(), status_code=429, headers={**error.headers(), "connection": "close"})
+        # The unread body is discarded by the server; the connection stays open for the client's retry.
+        response = JSONResponse(error.body(), status_code=429, headers=error.headers())
         await response({"type": "http"}, _no_receive, send)
 
 
