@@ -66,7 +66,7 @@ def deployment_entries(ray: RaySettings) -> list[dict[str, Any]]:
         options = scale.serve_options()
         entry: dict[str, Any] = {"name": name}
         for key in ("num_replicas", "autoscaling_config", "max_ongoing_requests", "max_queued_requests",
-                    "graceful_shutdown_timeout_s", "ray_actor_options"):
+                    "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "ray_actor_options"):
             if key in options:
                 entry[key] = options[key]
         entries.append(entry)

@@ -51,6 +51,9 @@ class DeploymentScale(BaseModel):
     graceful_shutdown_timeout_s: float = Field(
         30.0, ge=0, description="How long a replica being removed waits for its ongoing requests (streams) to finish."
     )
+    graceful_shutdown_wait_loop_s: float = Field(
+        2.0, gt=0, description="How often a replica being removed checks whether its ongoing requests have finished."
+    )
 
     def serve_options(self) -> dict[str, Any]:
         """Keyword arguments for `Deployment.options(...)`."""
@@ -58,6 +61,7 @@ class DeploymentScale(BaseModel):
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_queued_requests,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "graceful_shutdown_wait_loop_s": self.graceful_shutdown_wait_loop_s,
             "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
         }
         if self.autoscaling is not None:
