@@ -19,7 +19,8 @@ Every error the gateway answers has the body
 
 The gateway's own checks use the same envelope: 400 (validation, unsupported values, unknown
 model, too many messages), 401 (no or unknown key), 404 (unknown path or model id),
-413 (body over `gateway.max_body_bytes`), 429 (the key's rate limit, with `Retry-After`),
+413 (body over `gateway.max_body_bytes`), 429 (the key's rate limit, or `server_overloaded` from
+admission control, both with `Retry-After`),
 503 (draining, router unreachable).
 """
 
