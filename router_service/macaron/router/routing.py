@@ -112,6 +112,20 @@ class RouteRequest:
     request_id: str = ""
 
 
+@dataclass(slots=True)
+class StepTimes:
+    """Where a route's milliseconds went: the wait each step put on the request's path (steps that run side by
+    side overlap, so they need not add up to `Route.route_ms`). Filled by `RoutingCore.route`; `admit_ms` and
+    `upstream_ttft_ms` by the servicer around it."""
+
+    admit_ms: float = 0.0
+    state_read_ms: float = 0.0
+    classify_ms: float = 0.0
+    judge_ms: float = 0.0
+    placement_ms: float = 0.0
+    upstream_ttft_ms: float = 0.0
+
+
 class InvalidHintError(ValueError):
     """The caller's replica hint is not a discovered base-group replica."""
 
@@ -139,6 +153,7 @@ class Route:
     """Where that prediction came from: engine (KV-cache events), approximate, or none."""
     approx_age_ms: int = 0
     """Approximate index: age of the deepest block it matched on the chosen replica."""
+    times: StepTimes = field(default_factory=StepTimes)
     _release: Any = field(default=None, repr=False)
     _commit: Any = field(default=None, repr=False)
 
@@ -324,21 +339,32 @@ class RoutingCore:
             return None, self.versions.last_states
         return decode_session(raws[0]), await self.versions.accept(raws[1:])
 
-    async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None
+    async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None,
+                     times: StepTimes | None = None, gate: Awaitable[Any] | None = None
                      ) -> tuple[Decision, SessionView | None]:
-        """Steps 1-4: the specialist, and the session it was read from (`prefetched`: already read)."""
+        """Steps 1-4: the specialist, and the session it was read from (`prefetched`: already read);
+        `times` gets the classifier's and the judge's milliseconds; `gate` (the caller's limit check) is
+        awaited before the judge is asked, so an over-limit caller costs no engine call."""
         if prefetched is not None:
             (session,) = prefetched
         else:
             session = None if req.forced else await self.read_session(req.owner, req.session_id)
         tool_loop = tool_loop_open(req.chat.messages)
         classified = None
+        t0 = time.perf_counter()
         if not req.forced and not (session is not None and tool_loop):
             classified = await self.classify(req.chat, session.specialist if session is not None else None)
+        t1 = time.perf_counter()
         outcome = decide(forced=req.forced, session=session, classified=classified, tool_loop=tool_loop,
                          policy=self.decision_policy, new_turn_words=newest_user_words(req.chat.messages))
         if isinstance(outcome, Unsure):
+            if gate is not None:
+                await gate
             outcome = await self._judge(req.chat, outcome)
+            if times is not None:
+                times.judge_ms += (time.perf_counter() - t1) * 1000
+        if times is not None:
+            times.classify_ms += (t1 - t0) * 1000
         self.metrics.decisions.labels(outcome.reason, outcome.specialist).inc()
         self.metrics.confidence.labels(outcome.reason).observe(outcome.confidence)
         return outcome, session
@@ -473,24 +499,32 @@ class RoutingCore:
     async def route(self, req: RouteRequest, *, gate: Awaitable[Any] | None = None) -> Route:
         """Decides and places one request; the caller forwards it, then calls `Route.release()`.
 
-        `gate` (e.g. the caller's rate-limit check, already running) is awaited after the decision
-        and before anything is placed or recorded: its store round trip overlaps the decision's,
-        and if it raises, the request leaves no trace.
+        `gate` (an asyncio future, e.g. the caller's rate-limit check, already running) is awaited after
+        the classifier (before the judge, if it is asked) and before anything is placed or recorded: its
+        store round trip overlaps the decision's, and if it raises, the request leaves no trace.
         """
         t0 = time.perf_counter()
+        times = StepTimes()
         decided: tuple[Decision, SessionView | None] | None = None
-        guess = self._guess(req)
-        if guess is None and not req.forced and not req.session_id and not req.replica_hint:
-            # no session to read first: decide now, so the placement read goes with the states read
-            decided = await self.decide(req, prefetched=(None,))
-            guess = self._guess(req, decided[0].specialist)
-        reading = asyncio.ensure_future(self.read_session_and_states(req))  # one round trip, as the session alone
+        # the session and version states: one round trip, sent before anything else, so it overlaps the rest
+        reading = asyncio.ensure_future(self.read_session_and_states(req))
         early = None
         try:
-            # the placement request's rendering and hashing run while that read is in flight
-            early = self._read_ahead(req, guess) if guess is not None else None
+            guess = self._guess(req)
+            if guess is None and not req.forced and not req.session_id and not req.replica_hint:
+                # no session to wait for: decide while the states read is in flight (one loop turn first, so
+                # its command is on the wire before the classifier holds the loop), then read ahead
+                await asyncio.sleep(0)
+                decided = await self.decide(req, prefetched=(None,), times=times, gate=gate)
+                guess = self._guess(req, decided[0].specialist)
+            if guess is not None:  # the placement request's rendering and hashing run while the read is in flight
+                ta = time.perf_counter()
+                early = self._read_ahead(req, guess)
+                times.placement_ms += (time.perf_counter() - ta) * 1000
+            tw = time.perf_counter()
             session, states = await reading
-            decision, session = decided or await self.decide(req, prefetched=(session,))
+            times.state_read_ms = (time.perf_counter() - tw) * 1000
+            decision, session = decided or await self.decide(req, prefetched=(session,), times=times, gate=gate)
             if gate is not None:
                 await gate
             state = states[decision.specialist]
@@ -510,7 +544,8 @@ class RoutingCore:
         self.metrics.read_ahead.labels("none" if guess is None else "hit" if early is None else "miss").inc()
         route = Route(decision, replica, placement, snapshot, session, (t1 - t0) * 1000, (t2 - t0) * 1000,
                       degraded=self.store.degraded, adapter=state.adapter, version=choice.version,
-                      version_reason=choice.reason, canary=choice.canary)
+                      version_reason=choice.reason, canary=choice.canary, times=times)
+        times.placement_ms += (t2 - t1) * 1000
         m = self.metrics
         m.decision_seconds.observe(t1 - t0)
         m.route_seconds.observe(t2 - t0)
