@@ -63,6 +63,7 @@ SMG = Path(sys.executable).parent / "smg"
 SPECIALISTS = ("chat", "agent", "code", "ui")
 START_TIMEOUT_S = 300.0
 SESSION_HEADER = "x-session-id"
+UPSTREAM_TTFT_KEY = "x-macaron-upstream-ttft-ms"  # the router's trailer (macaron.router.servicer)
 
 
 def log(message: str) -> None:
@@ -242,7 +243,7 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
         for i, url in enumerate(stack.engines):
             wait_http(next(p for p in procs if p.name == f"engine{i}"), url + "/health", deadline)
         log(f"  engines up after {time.monotonic() - t0:.1f} s")
-        smg = smg_binary()
+        smg = smg_binary() if "placement" in args.parts else None
         if smg:
             mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
             for name in ("smg1", "smg2a", "smg2b"):
@@ -321,6 +322,8 @@ class Turn:
     """The router's predicted cached tokens (-1: no router prediction on this path)."""
     replica: str = ""
     reason: int = 0
+    timing: dict[str, float] = field(default_factory=dict)
+    """The router's step times (RouteTiming) and the specialist's TTFT as the router saw it; empty elsewhere."""
 
 
 @dataclass
@@ -380,7 +383,8 @@ class Senders:
         start = time.perf_counter()
         ttft = None
         text, usage, specialist, route = [], None, "", None
-        async for chunk in stub.Generate(request, timeout=180):
+        call = stub.Generate(request, timeout=180)
+        async for chunk in call:
             if chunk.HasField("route") and route is None:
                 route = chunk.route
                 specialist = SPECIALISTS[max(0, chunk.route.specialist - 1)]
@@ -390,8 +394,16 @@ class Senders:
             if chunk.HasField("usage"):
                 usage = chunk.usage
         assert ttft is not None and usage is not None and route is not None
+        timing: dict[str, float] = {}
+        if route.HasField("timing"):
+            t = route.timing
+            timing = {"admit_ms": t.admit_ms, "state_read_ms": t.state_read_ms, "classify_ms": t.classify_ms,
+                      "judge_ms": t.judge_ms, "placement_ms": t.placement_ms, "route_ms": route.route_ms}
+            trailers = dict(await call.trailing_metadata() or ())
+            if UPSTREAM_TTFT_KEY in trailers:
+                timing["upstream_ttft_ms"] = float(trailers[UPSTREAM_TTFT_KEY])
         return Turn(ttft, usage.prompt_tokens, usage.cached_tokens, "".join(text), route.predicted_cached_tokens,
-                    route.replica, route.reason), specialist
+                    route.replica, route.reason, timing), specialist
 
     async def smg_turn(self, url: str, messages: list[dict[str, str]], session: str) -> Turn:
         from macaron.prompting import ChatRequest, Message, render
@@ -601,6 +613,7 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str]) -> dict[s
     from macaron.v1 import common_pb2 as pb
 
     diffs, via_router, direct, judged = [], [], [], []
+    parts: dict[str, list[float]] = {}
     for i in range(n + 4):
         prompt = users[i]
         tags = uuid.uuid4().hex[:6], uuid.uuid4().hex[:6]
@@ -625,14 +638,42 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str]) -> dict[s
             direct.append(plain.ttft_s * 1000)
             diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
             judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+            for key, value in added_breakdown(turn, plain).items():
+                parts.setdefault(key, []).append(value)
     plain_diffs = [d for d, j in zip(diffs, judged) if not j]
     return {
+        "added_breakdown_p50_ms": {k: pct(v, 50) for k, v in parts.items()},
+        "added_breakdown_p99_ms": {k: pct(v, 99) for k, v in parts.items()},
         "judged_share": sum(judged) / len(judged),
         "router_ttft_p50_ms": pct(via_router, 50),
         "direct_ttft_p50_ms": pct(direct, 50),
         "router_added_ttft_ms_p50": pct(diffs, 50),
         "router_added_ttft_ms_p99": pct(diffs, 99),
         "router_added_ttft_ms_p50_unjudged": pct(plain_diffs, 50),
+    }
+
+
+def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
+    """One pair's added TTFT, step by step (ms): the router's own steps as it reports them (RouteTiming; steps
+    that run side by side overlap), the router → specialist hop (the specialist's TTFT as the router saw it
+    minus the direct path's TTFT: the extra hop, and both paths' engine noise), and the rest: the caller →
+    router hop, the servicer's own work and relaying the first token back."""
+    t = turn.timing
+    if not t:
+        return {}
+    route_ms = t["route_ms"]
+    upstream = t.get("upstream_ttft_ms", float("nan"))
+    added = (turn.ttft_s - plain.ttft_s) * 1000
+    return {
+        "admit (limits, overlaps the decision)": t["admit_ms"],
+        "state read (session, versions)": t["state_read_ms"],
+        "classify (escalation included)": t["classify_ms"],
+        "judge": t["judge_ms"],
+        "placement (render, tokenize, hash, store read, scorers)": t["placement_ms"],
+        "route total (decision + placement)": route_ms,
+        "router -> specialist hop": upstream - plain.ttft_s * 1000,
+        "caller -> router hop, servicer, relay": turn.ttft_s * 1000 - route_ms - upstream,
+        "added (paired)": added,
     }
 
 
@@ -668,74 +709,92 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     systems = system_prompts(3 if quick else 4, 900 if quick else 1500, seed=7)
     users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))
 
-    t = time.monotonic()
-    log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
-    out.update(bench_classify(classifier, 300 if quick else 1000))
-    log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s"
-        f"  ({time.monotonic() - t:.1f} s)")
+    if "classify" in args.parts:
+        t = time.monotonic()
+        log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
+        out.update(bench_classify(classifier, 300 if quick else 1000))
+        log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  "
+            f"{out['decisions_per_s']:.0f}/s  ({time.monotonic() - t:.1f} s)")
 
-    t = time.monotonic()
-    log("route (decision + placement, production settings, Redis round trips):")
-    out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
-    log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
-        f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
+    if "route" in args.parts:
+        t = time.monotonic()
+        log("route (decision + placement, production settings, Redis round trips):")
+        out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
+        log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
+            f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
 
     senders = Senders(stack, args.max_new_tokens, tokenizer)
     try:
-        t = time.monotonic()
-        log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
-        out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:]))
-        log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
-            f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
-            f"({out['judged_share']:.0%} went to the judge; p50 without them "
-            f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
-
-        t = time.monotonic()
-        shape = dict(sessions=args.sessions, turns=args.turns, systems=args.work_systems, users=users,
-                     concurrency=4 if quick else 8)
-        arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
-        if stack.smg:
-            arms.update({"smg cache_aware x1": [stack.smg["smg1"]], "ours prefix_affinity x2": ["a", "b"],
-                         "smg cache_aware x2 mesh": [stack.smg["smg2a"], stack.smg["smg2b"]]})
-        else:
-            log("  smg is not installed (pip install smg): no comparison with SGLang's router")
-        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
-            f"shared system prompts, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
-            f"{args.kv_tokens} KV tokens; {args.repeats} rounds, arms interleaved):")
-        runs: dict[str, list[RunResult]] = {name: [] for name in arms}
-        names = list(arms)
-        for round_ in range(args.repeats):
-            order = names[round_ % len(names):] + names[:round_ % len(names)]
-            for name in order:
-                runs[name].append(await multi_turn(senders, name, arms[name], **shape))
-        stats = {name: summary(rs) for name, rs in runs.items()}
-        for name, st in stats.items():
-            log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
-                f"  mean TTFT median {st['ttft_median_ms']:.0f} ms [{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
-        aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
-        out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
-        out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
-        if stack.smg:
-            out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
-            out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
-                                                              stats["smg cache_aware x2 mesh"]["cached_median"])
-            out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
-        else:
-            out["cached_tokens_over_smg"] = None
-            out["two_replica_cached_tokens_over_smg"] = None
-        ours = [t_ for name in ("ours prefix_affinity", "ours prefix_affinity x2") for r in runs.get(name, [])
-                for t_ in r.turns]
-        out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
-        out["arms"] = stats
-        out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
-                                 for name, rs in runs.items()}
-        out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
-        out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
-                           "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
-        log(f"  ({time.monotonic() - t:.1f} s)")
+        if "ttft" in args.parts:
+            await measure_ttft(args, senders, users, out)
+        if "placement" in args.parts:
+            await measure_placement(args, stack, senders, users, out)
     finally:
         await senders.close()
     return out
+
+
+async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[str], out: dict[str, Any]) -> None:
+    quick = args.quick
+    t = time.monotonic()
+    log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
+    out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:]))
+    log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
+        f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
+        f"({out['judged_share']:.0%} went to the judge; p50 without them "
+        f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
+    log("  where the added time goes (per pair; p50 / p99 ms; the router's steps overlap where it runs them "
+        "side by side):")
+    for key, p50 in out["added_breakdown_p50_ms"].items():
+        log(f"    {key:<58} {p50:8.2f} / {out['added_breakdown_p99_ms'][key]:8.2f}")
+
+
+async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Senders, users: list[str],
+                            out: dict[str, Any]) -> None:
+    quick = args.quick
+    t = time.monotonic()
+    shape = dict(sessions=args.sessions, turns=args.turns, systems=args.work_systems, users=users,
+                 concurrency=4 if quick else 8)
+    arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
+    if stack.smg:
+        arms.update({"smg cache_aware x1": [stack.smg["smg1"]], "ours prefix_affinity x2": ["a", "b"],
+                     "smg cache_aware x2 mesh": [stack.smg["smg2a"], stack.smg["smg2b"]]})
+    else:
+        log("  smg is not installed (pip install smg): no comparison with SGLang's router")
+    log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
+        f"shared system prompts, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
+        f"{args.kv_tokens} KV tokens; {args.repeats} rounds, arms interleaved):")
+    runs: dict[str, list[RunResult]] = {name: [] for name in arms}
+    names = list(arms)
+    for round_ in range(args.repeats):
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        for name in order:
+            runs[name].append(await multi_turn(senders, name, arms[name], **shape))
+    stats = {name: summary(rs) for name, rs in runs.items()}
+    for name, st in stats.items():
+        log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
+            f"  mean TTFT median {st['ttft_median_ms']:.0f} ms [{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
+    aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
+    out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
+    out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
+    if stack.smg:
+        out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
+        out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
+                                                          stats["smg cache_aware x2 mesh"]["cached_median"])
+        out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
+    else:
+        out["cached_tokens_over_smg"] = None
+        out["two_replica_cached_tokens_over_smg"] = None
+    ours = [t_ for name in ("ours prefix_affinity", "ours prefix_affinity x2") for r in runs.get(name, [])
+            for t_ in r.turns]
+    out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
+    out["arms"] = stats
+    out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
+                             for name, rs in runs.items()}
+    out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
+    out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
+                       "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
+    log(f"  ({time.monotonic() - t:.1f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -761,11 +820,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--escalation", action=argparse.BooleanOptionalAction, default=True,
                         help="The classifier escalates to its embedding model when unsure, as in production (default).")
     parser.add_argument("--keep", action="store_true", help="Keep the work directory (logs, config).")
+    parser.add_argument("--parts", default="classify,route,ttft,placement",
+                        help="Comma-separated parts to measure (default: all): classify, route, ttft (router-added "
+                        "TTFT, paired, with its breakdown), placement (the multi-turn arms); smg starts only for "
+                        "placement.")
     args = parser.parse_args(argv)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if not args.parts or args.parts - {"classify", "route", "ttft", "placement"}:
+        parser.error("--parts: a comma-separated subset of classify, route, ttft, placement")
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not on PATH")
     if args.classifier_artifact:
