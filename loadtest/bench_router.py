@@ -18,8 +18,10 @@ instances joined with `--enable-mesh` (which syncs their trees). Then it measure
    escalation, judge when unsure, prompt rendering, tokenizing and hashing, one placement-store
    read, placement on the engines' KV-cache events) against the bench's Redis: p50/p99;
 3. router-added TTFT, paired: each real prompt goes through router → specialist and straight to
-   the specialist (and engine replica) the router chose, in alternating order; a per-path tag at
-   the head keeps either from hitting the other's cache; p50 and p99 of the per-pair difference;
+   the same specialist and engine replica, in alternating order, both finding the whole prompt in
+   that replica's KV cache (one unmeasured request straight to the specialist put it there), so the
+   engine's work is the same on both paths; p50 and p99 of the per-pair difference, and where it
+   goes (the router's own step times, the router → specialist hop, the caller → router hop);
 4. a multi-turn workload with KV pressure (sessions sharing 4 short system prompts, each turn
    carrying the whole growing history, fixed assistant turns of about 60 tokens so every arm sends
    the same requests with the same session ids; each engine's cache is 1.25 x its fair share of
@@ -607,44 +609,57 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
             "route_judged_share": judged / max(1, len(times))}
 
 
-async def bench_added_ttft(senders: Senders, n: int, users: list[str]) -> dict[str, float]:
-    """Paired: each prompt through router → specialist and straight to the specialist and replica the router
-    chose, the order alternating; a per-path tag at the head keeps either from reusing the other's cache."""
+async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifier: Any) -> dict[str, Any]:
+    """Paired: each prompt through router → specialist and straight to the same specialist and replica, the
+    order alternating. Both paths send the same prompt and find it whole in the replica's KV cache (it went
+    there once before, straight to the specialist, so the router saw nothing of it): the engine's work is the
+    same on both, and the difference is the router's, not the noise of two prefills (hundreds of ms on shared
+    CPUs). The specialist of the warm-up is this process's copy of the router's classifier; a pair where the
+    router chose another specialist or replica is counted (`ttft_pairs_off_warm`)."""
     from macaron.v1 import common_pb2 as pb
 
-    diffs, via_router, direct, judged = [], [], [], []
+    engines = senders.stack.engines
+    diffs, via_router, direct, judged, off_warm = [], [], [], [], 0
     parts: dict[str, list[float]] = {}
+    cached_share = {"router": [], "direct": []}
     for i in range(n + 4):
-        prompt = users[i]
-        tags = uuid.uuid4().hex[:6], uuid.uuid4().hex[:6]
-        routed_msgs = [{"role": "user", "content": f"(ref {tags[0]}) {prompt}"}]
-        plain_msgs = [{"role": "user", "content": f"(ref {tags[1]}) {prompt}"}]
+        msgs = [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {users[i]}"}]
+        specialist = str(classifier.classify(messages=msgs).specialist)
+        replica = engines[i % len(engines)]
+        await senders.grpc_turn(senders.specialists[specialist], senders.proto(msgs, forced=False, hint=replica))
+        await asyncio.sleep(0.05)  # the engine's KV events reach the routers' index
 
-        async def through_router() -> tuple[Turn, str]:
-            return await senders.grpc_turn(senders.routers["a"], senders.proto(routed_msgs, forced=False))
+        async def routed() -> tuple[Turn, str]:
+            return await senders.grpc_turn(senders.routers["a"], senders.proto(msgs, forced=False))
+
+        async def straight() -> Turn:
+            return (await senders.grpc_turn(senders.specialists[specialist],
+                                            senders.proto(msgs, forced=False, hint=replica)))[0]
 
         if i % 2 == 0:
-            turn, specialist = await through_router()
-            plain, _ = await senders.grpc_turn(senders.specialists[specialist],
-                                               senders.proto(plain_msgs, forced=False, hint=turn.replica))
-        else:  # direct first: to the specialist and replica the router picks for this prompt (asked right after)
-            probe, specialist = await senders.grpc_turn(senders.routers["a"], senders.proto(
-                [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {prompt}"}], forced=False))
-            plain, _ = await senders.grpc_turn(senders.specialists[specialist],
-                                               senders.proto(plain_msgs, forced=False, hint=probe.replica))
-            turn, _ = await through_router()
-        if i >= 4:  # warm-up excluded
-            via_router.append(turn.ttft_s * 1000)
-            direct.append(plain.ttft_s * 1000)
-            diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
-            judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
-            for key, value in added_breakdown(turn, plain).items():
-                parts.setdefault(key, []).append(value)
+            turn, chosen = await routed()
+            plain = await straight()
+        else:
+            plain = await straight()
+            turn, chosen = await routed()
+        if i < 4:  # warm-up excluded
+            continue
+        off_warm += chosen != specialist or turn.replica.rstrip("/") != replica.rstrip("/")
+        via_router.append(turn.ttft_s * 1000)
+        direct.append(plain.ttft_s * 1000)
+        diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
+        judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+        cached_share["router"].append(turn.cached_tokens / max(1, turn.prompt_tokens))
+        cached_share["direct"].append(plain.cached_tokens / max(1, plain.prompt_tokens))
+        for key, value in added_breakdown(turn, plain).items():
+            parts.setdefault(key, []).append(value)
     plain_diffs = [d for d, j in zip(diffs, judged) if not j]
     return {
         "added_breakdown_p50_ms": {k: pct(v, 50) for k, v in parts.items()},
         "added_breakdown_p99_ms": {k: pct(v, 99) for k, v in parts.items()},
         "judged_share": sum(judged) / len(judged),
+        "ttft_pairs_off_warm": off_warm,
+        "ttft_cached_share": {k: statistics.fmean(v) for k, v in cached_share.items()},
         "router_ttft_p50_ms": pct(via_router, 50),
         "direct_ttft_p50_ms": pct(direct, 50),
         "router_added_ttft_ms_p50": pct(diffs, 50),
@@ -726,7 +741,7 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     senders = Senders(stack, args.max_new_tokens, tokenizer)
     try:
         if "ttft" in args.parts:
-            await measure_ttft(args, senders, users, out)
+            await measure_ttft(args, senders, users, classifier, out)
         if "placement" in args.parts:
             await measure_placement(args, stack, senders, users, out)
     finally:
@@ -734,15 +749,19 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     return out
 
 
-async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[str], out: dict[str, Any]) -> None:
+async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[str], classifier: Any,
+                       out: dict[str, Any]) -> None:
     quick = args.quick
     t = time.monotonic()
     log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
-    out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:]))
+    out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:], classifier))
     log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
         f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
         f"({out['judged_share']:.0%} went to the judge; p50 without them "
         f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
+    log(f"  prompt share served from cache: via router {out['ttft_cached_share']['router']:.0%}, direct "
+        f"{out['ttft_cached_share']['direct']:.0%}; pairs where the router left the warm specialist or replica: "
+        f"{out['ttft_pairs_off_warm']}")
     log("  where the added time goes (per pair; p50 / p99 ms; the router's steps overlap where it runs them "
         "side by side):")
     for key, p50 in out["added_breakdown_p50_ms"].items():

@@ -228,7 +228,7 @@ class RoutingCore:
         self.tracker = LoadTracker(self.cache_store, router_id, heartbeat_s=settings.load_heartbeat_s,
                                    stale_s=settings.load_stale_s)
         self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
-                                        index=self.prefix_index)
+                                        index=self.prefix_index, spread_window_s=settings.spread_window_s)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
             settings.lifecycle, store,
@@ -568,6 +568,8 @@ class RoutingCore:
                                   else "approximate" if replica in snapshot.predicted_tokens else "none")
             route.approx_age_ms = snapshot.approx_age_ms.get(replica, 0)
         self.tracker.begin(replica)
+        if self.policy == "prefix_affinity" and req.session_id and preq.session_replica != replica:
+            self._spawn(self.snapshots.placed_session(replica))  # a session starts (or moves) here: spread counts it
 
         def release() -> None:
             self.tracker.end(replica)

@@ -63,6 +63,15 @@ class PlacementWeights(BaseModel):
         description="Weight of the session's previous replica (1 for it, 0 for others); above the load weight, "
         "so a conversation stays with its cache unless the balance guard finds that replica overloaded.",
     )
+    spread: float = Field(
+        4.0,
+        description="Weight of session spread for requests that start a session (or have none): 1 for the replica "
+        "with the fewest sessions placed in the last router.spread_window_s, 0 for the most, so the replicas' "
+        "KV caches hold about as many conversations each. Above prefix + home for a shared head that is less than "
+        "about 80 % of the prompt: a new session goes to the replica holding its system prompt only when that "
+        "replica is not the crowded one (the head is then prefilled once per replica, the histories that follow "
+        "are not evicted). A continuing session's turns score 1 everywhere (session and prefix decide).",
+    )
 
 
 class RouterSettings(BaseModel):
@@ -148,6 +157,11 @@ class RouterSettings(BaseModel):
         default_factory=KVIndexSettings,
         description="The KV-cache index: the engines' own events of what their prefix caches hold, shared in the "
         "placement store.",
+    )
+    spread_window_s: float = Field(
+        300.0,
+        description="Session spread counts the sessions placed on each replica in this window (and the one before): "
+        "about how long a conversation's history is worth keeping in an engine's cache.",
     )
     balance_abs_threshold: int = Field(
         8,
