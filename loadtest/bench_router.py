@@ -333,6 +333,18 @@ class RunResult:
     name: str
     turns: list[Turn] = field(default_factory=list)
     errors: int = 0
+    by_session: dict[int, list[Turn]] = field(default_factory=dict)
+    """Each session's turns in order (our routers report the replica; smg does not)."""
+
+    def spread(self) -> tuple[list[int], int] | None:
+        """Sessions per replica (by their first turn, most first) and turns that changed replica within a
+        session; None where the replica is not reported."""
+        firsts = [ts[0].replica for ts in self.by_session.values() if ts and ts[0].replica]
+        if not firsts:
+            return None
+        per = sorted((firsts.count(r) for r in set(firsts)), reverse=True)
+        moves = sum(a.replica != b.replica for ts in self.by_session.values() for a, b in zip(ts, ts[1:]))
+        return per, moves
 
     @property
     def cached(self) -> int:
@@ -495,11 +507,14 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
                     log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
                     return
             result.turns.append(turn)
+            result.by_session.setdefault(s, []).append(turn)
 
     await asyncio.gather(*(session(s) for s in range(sessions)))
     rate = result.cached / result.prompt if result.prompt else 0.0
+    spread = result.spread()
+    where = f"  sessions per replica {spread[0]}, replica changes {spread[1]}" if spread else ""
     log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
-        f"({rate:5.1%})  mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}")
+        f"({rate:5.1%})  mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
     return result
 
 
@@ -808,6 +823,8 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
             for t_ in r.turns]
     out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
     out["arms"] = stats
+    out["arms_spread"] = {name: [{"sessions_per_replica": sp[0], "replica_changes": sp[1]} for sp in
+                                 (r.spread() for r in rs) if sp] for name, rs in runs.items() if rs[0].spread()}
     out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
                              for name, rs in runs.items()}
     out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
@@ -827,8 +844,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="KV-cache tokens per engine (default: 1.25 x the workload's working set / replicas, "
                         "at least its longest request: a router that spreads the sessions evenly and keeps each on "
                         "one replica can serve every next turn from cache; one that does not, cannot).")
-    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 8, "
-                        "or 24 without --quick).")
+    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 9, "
+                        "or 25 without --quick: not a multiple of the replica count, so round robin cannot land a "
+                        "session's turns on one replica by accident when sessions advance in step).")
     parser.add_argument("--turns", type=int, default=0, help="Turns per session (default 5, or 8 without --quick).")
     parser.add_argument("--pairs", type=int, default=0, help="Prompts of the paired router-added TTFT (default 8, "
                         "or 80 without --quick; 4 more warm up).")
@@ -867,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
     from macaron.assets.builtin import ensure_builtin_model
 
     model_dir = ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False).model_dir
-    args.sessions = args.sessions or (8 if args.quick else 24)
+    args.sessions = args.sessions or (9 if args.quick else 25)
     args.turns = args.turns or (5 if args.quick else 8)
     args.work_systems = system_prompts(4, 250, seed=11)
     users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))

@@ -95,6 +95,12 @@ class RouterSettings(BaseModel):
     port: int = Field(ROUTER_PORT, description="gRPC port; Prometheus metrics are served on port + 1000.")
     metrics: bool = Field(True, description="Serve Prometheus metrics on port + 1000.")
     grace_period_s: float = Field(10.0, description="On SIGTERM, seconds in-flight streams get to finish.")
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto",
+        description="The `macaron router` process's event loop: uvloop (libuv; each store round trip and stream "
+        "chunk costs the loop less, which is most of what the router adds to a request), asyncio, or auto "
+        "(uvloop where it is installed, else asyncio).",
+    )
     router_id: str | None = Field(
         None, description="This replica's name in shared load counters; empty: host name, pid and a random suffix."
     )
