@@ -189,9 +189,18 @@ class Stack:
                 log(f"stopping {proc.name}: {exc}")
 
 
-def smg_binary() -> str | None:
-    """smg next to this interpreter, else on PATH."""
-    return str(SMG) if SMG.exists() else shutil.which("smg")
+def smg_binary() -> list[str] | None:
+    """The command that starts smg: its script next to this interpreter, else on PATH, else its module where
+    this interpreter can import it (an environment whose packages are shared has no script of its own)."""
+    if SMG.exists():
+        return [str(SMG)]
+    if shutil.which("smg"):
+        return [str(shutil.which("smg"))]
+    import importlib.util
+
+    if importlib.util.find_spec("smg") is not None and importlib.util.find_spec("smg.cli") is not None:
+        return [sys.executable, "-c", "import sys; from smg.cli import main; sys.argv[0] = 'smg'; sys.exit(main())"]
+    return None
 
 
 def redis(name: str, port: int, policy: str, workdir: Path) -> Proc:
@@ -250,7 +259,7 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
             mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
             for name in ("smg1", "smg2a", "smg2b"):
                 port = free_port()
-                argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
+                argv = [*smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
                         "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
                         "--prometheus-port", str(free_port()), "--log-level", "warn",
                         "--worker-startup-check-interval", "1",
