@@ -9,8 +9,9 @@ workload's working set (--kv-tokens) and publishing KV-cache events (SGLang's fo
 specialists over all of them; three `macaron router` processes (round_robin; two
 prefix_affinity replicas A and B sharing a state Redis and a placement Redis of the bench's own),
 all in the production configuration (classifier escalation on, judge on); and SGLang's router
-`smg` (policy cache_aware, sticky on the same session ids) three times: one instance, and two
-instances joined with `--enable-mesh` (which syncs their trees). Then it measures:
+`smg` (policy cache_aware, sticky on the same session ids) in two shapes: one instance, and two
+instances joined with `--enable-mesh` (which syncs their trees), each started for its own arm and
+stopped after it (two meshed instances keep most of a core busy even when idle). Then it measures:
 
 1. classify: the fast classifier with escalation, as configured, on real prompts (dev.jsonl):
    p50/p99 and decisions per second on one thread;
@@ -254,36 +255,52 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
         for i, url in enumerate(stack.engines):
             wait_http(next(p for p in procs if p.name == f"engine{i}"), url + "/health", deadline)
         log(f"  engines up after {time.monotonic() - t0:.1f} s")
-        smg = smg_binary() if "placement" in args.parts else None
-        if smg:
-            mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
-            for name in ("smg1", "smg2a", "smg2b"):
-                port = free_port()
-                argv = [*smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
-                        "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
-                        "--prometheus-port", str(free_port()), "--log-level", "warn",
-                        "--worker-startup-check-interval", "1",
-                        # the same session ids as our routers get, for sticky sessions on top of cache_aware
-                        "--routing-key-override", "--routing-key-headers", SESSION_HEADER]
-                if name != "smg1":  # smg's own multi-router mode: the two instances sync their trees
-                    argv += ["--enable-mesh", "--mesh-server-name", name, "--mesh-host", "127.0.0.1",
-                             "--mesh-port", str(mesh_ports[name])]
-                    if name == "smg2b":
-                        argv += ["--mesh-peer-urls", f"127.0.0.1:{mesh_ports['smg2a']}"]
-                procs.append(Proc(name, argv, workdir))
-                stack.smg[name] = f"http://127.0.0.1:{port}"
+        if "placement" in args.parts and smg_binary():
+            stack.smg = {"smg1": "", "smg2a": "", "smg2b": ""}  # started for their own arms only (start_smg)
         specialists = next(p for p in procs if p.name == "specialists")
         for port in stack.specialist_ports.values():
             wait_grpc(specialists, port, "macaron.v1.Specialist", deadline)
         for name, port in stack.routers.items():
             wait_grpc(next(p for p in procs if p.name == f"router-{name}"), port, "macaron.v1.Router", deadline)
-        for name, url in stack.smg.items():
-            wait_smg(next(p for p in procs if p.name == name), url, len(stack.engines), deadline)
         log(f"  stack up after {time.monotonic() - t0:.1f} s ({len(stack.engines)} engines of {args.kv_tokens} KV "
-            f"tokens, 4 specialists, 3 routers, {len(stack.smg)} smg)")
+            f"tokens, 4 specialists, 3 routers; smg {'started for its arms' if stack.smg else 'not installed'})")
         return stack
     except BaseException:
         stack.stop()
+        raise
+
+
+def start_smg(stack: Stack, names: list[str]) -> list[Proc]:
+    """Starts the named smg instances (fresh ports; smg2a and smg2b joined with --enable-mesh) and waits until
+    each sees every engine. Started for their own arms and stopped after them: two meshed smg instances keep
+    most of a core busy even when idle, which would slow every other measurement on a small machine."""
+    smg = smg_binary()
+    assert smg is not None
+    mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
+    procs = []
+    try:
+        for name in names:
+            port = free_port()
+            argv = [*smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
+                    "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
+                    "--prometheus-port", str(free_port()), "--log-level", "warn",
+                    "--worker-startup-check-interval", "1",
+                    # the same session ids as our routers get, for sticky sessions on top of cache_aware
+                    "--routing-key-override", "--routing-key-headers", SESSION_HEADER]
+            if name != "smg1":  # smg's own multi-router mode: the two instances sync their trees
+                argv += ["--enable-mesh", "--mesh-server-name", name, "--mesh-host", "127.0.0.1",
+                         "--mesh-port", str(mesh_ports[name])]
+                if name == "smg2b":
+                    argv += ["--mesh-peer-urls", f"127.0.0.1:{mesh_ports['smg2a']}"]
+            procs.append(Proc(f"{name}-{uuid.uuid4().hex[:4]}", argv, stack.workdir))
+            stack.smg[name] = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for name, proc in zip(names, procs):
+            wait_smg(proc, stack.smg[name], len(stack.engines), deadline)
+        return procs
+    except BaseException:
+        for proc in procs:
+            proc.stop()
         raise
 
 
@@ -800,8 +817,8 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
                  concurrency=4 if quick else 8)
     arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
     if stack.smg:
-        arms.update({"smg cache_aware x1": [stack.smg["smg1"]], "ours prefix_affinity x2": ["a", "b"],
-                     "smg cache_aware x2 mesh": [stack.smg["smg2a"], stack.smg["smg2b"]]})
+        arms.update({"smg cache_aware x1": ["smg1"], "ours prefix_affinity x2": ["a", "b"],
+                     "smg cache_aware x2 mesh": ["smg2a", "smg2b"]})
     else:
         log("  smg is not installed (pip install smg): no comparison with SGLang's router")
     log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
@@ -812,7 +829,14 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     for round_ in range(args.repeats):
         order = names[round_ % len(names):] + names[:round_ % len(names)]
         for name in order:
-            runs[name].append(await multi_turn(senders, name, arms[name], **shape))
+            smg = [t_ for t_ in arms[name] if t_.startswith("smg")]
+            procs = start_smg(stack, smg) if smg else []
+            try:
+                targets = [stack.smg[t_] if t_ in smg else t_ for t_ in arms[name]]
+                runs[name].append(await multi_turn(senders, name, targets, **shape))
+            finally:
+                for proc in procs:
+                    proc.stop()
     stats = {name: summary(rs) for name, rs in runs.items()}
     for name, st in stats.items():
         log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
