@@ -625,6 +625,7 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
     )
     await core.start()
     times, decision, judged = [], [], 0
+    steps: dict[str, list[float]] = {}
     try:
         for i in range(n + 10):
             s = i % 16
@@ -641,13 +642,17 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
                 times.append(route.route_ms)
                 decision.append(route.decision_ms)
                 judged += route.decision.reason in ("judge", "default")
+                for key in ("state_read_ms", "classify_ms", "judge_ms", "placement_ms"):
+                    steps.setdefault(key, []).append(getattr(route.times, key))
         await core.flush()
     finally:
         await core.aclose()
         await store.close()
         await cache.close()
     return {"route_p50_ms": pct(times, 50), "route_p99_ms": pct(times, 99), "decision_p50_ms": pct(decision, 50),
-            "route_judged_share": judged / max(1, len(times))}
+            "route_judged_share": judged / max(1, len(times)),
+            "route_steps_p50_ms": {k: pct(v, 50) for k, v in steps.items()},
+            "route_steps_p90_ms": {k: pct(v, 90) for k, v in steps.items()}}
 
 
 async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifier: Any) -> dict[str, Any]:
@@ -660,7 +665,7 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifie
     from macaron.v1 import common_pb2 as pb
 
     engines = senders.stack.engines
-    diffs, via_router, direct, judged, off_warm = [], [], [], [], 0
+    diffs, via_router, direct, judged, off_warm, in_request = [], [], [], [], 0, []
     parts: dict[str, list[float]] = {}
     cached_share = {"router": [], "direct": []}
     for i in range(n + 4):
@@ -690,6 +695,8 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifie
         direct.append(plain.ttft_s * 1000)
         diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
         judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+        if "upstream_ttft_ms" in turn.timing:  # same request: the caller's TTFT minus the specialist's as the router saw it
+            in_request.append(turn.ttft_s * 1000 - turn.timing["upstream_ttft_ms"])
         cached_share["router"].append(turn.cached_tokens / max(1, turn.prompt_tokens))
         cached_share["direct"].append(plain.cached_tokens / max(1, plain.prompt_tokens))
         for key, value in added_breakdown(turn, plain).items():
@@ -706,14 +713,17 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifie
         "router_added_ttft_ms_p50": pct(diffs, 50),
         "router_added_ttft_ms_p99": pct(diffs, 99),
         "router_added_ttft_ms_p50_unjudged": pct(plain_diffs, 50),
+        "router_added_ttft_ms_p50_in_request": pct(in_request, 50),
+        "router_added_ttft_ms_p99_in_request": pct(in_request, 99),
     }
 
 
 def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
     """One pair's added TTFT, step by step (ms): the router's own steps as it reports them (RouteTiming; steps
     that run side by side overlap), the router → specialist hop (the specialist's TTFT as the router saw it
-    minus the direct path's TTFT: the extra hop, and both paths' engine noise), and the rest: the caller →
-    router hop, the servicer's own work and relaying the first token back."""
+    minus the direct path's TTFT: the same kind of hop as the caller's straight to the specialist, so this is
+    mostly the two engine runs' noise), and the rest: the caller → router hop, the servicer's own work and
+    relaying the first token back."""
     t = turn.timing
     if not t:
         return {}
@@ -778,6 +788,8 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
         out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
         log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
             f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
+        log("  steps, p50 / p90 ms: " + ", ".join(f"{k[:-3]} {v:.2f} / {out['route_steps_p90_ms'][k]:.2f}"
+                                                    for k, v in out["route_steps_p50_ms"].items()))
 
     senders = Senders(stack, args.max_new_tokens, tokenizer)
     try:
@@ -800,6 +812,9 @@ async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[s
         f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
         f"({out['judged_share']:.0%} went to the judge; p50 without them "
         f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
+    log(f"  within each routed request (its TTFT minus the specialist's TTFT as the router saw it: the caller -> "
+        f"router hop, the router's work, the relay; no second prefill in it): p50 "
+        f"{out['router_added_ttft_ms_p50_in_request']:.1f} ms p99 {out['router_added_ttft_ms_p99_in_request']:.1f} ms")
     log(f"  prompt share served from cache: via router {out['ttft_cached_share']['router']:.0%}, direct "
         f"{out['ttft_cached_share']['direct']:.0%}; pairs where the router left the warm specialist or replica: "
         f"{out['ttft_pairs_off_warm']}")
