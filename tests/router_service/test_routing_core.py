@@ -276,3 +276,28 @@ async def test_the_limit_gate_is_awaited_before_anything_is_placed() -> None:
     await c.flush()
     assert await c.read_session("o", "s") is None
     await c.aclose()
+
+
+async def test_the_states_read_is_sent_before_the_classifier_holds_the_loop() -> None:
+    """Without a session the decision runs while the version states are read; the read must be on the wire
+    first, even through a store that runs each call in a task of its own (as a deadline wrapper does)."""
+    events: list[str] = []
+
+    class Wrapped(MemoryStore):
+        async def hgetall_many(self, keys):
+            async def send():
+                events.append("sent")
+                return await MemoryStore.hgetall_many(self, keys)
+
+            return await asyncio.wait_for(send(), 1.0)
+
+    class Recording(Fixed):
+        def classify(self, text=None, *, messages=None, tools=None):
+            events.append("classify")
+            return super().classify(text, messages=messages, tools=tools)
+
+    c = core(Recording("code", 0.95), Wrapped())
+    route = await c.route(request("write a parser for this file format"))
+    route.release()
+    assert events[:2] == ["sent", "classify"]
+    await c.aclose()

@@ -67,6 +67,8 @@ from macaron.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 MAX_BACKGROUND_WRITES = 1024
+SEND_TURNS = 3
+"""Loop turns a route yields before its synchronous work, so the store reads it started are sent first."""
 
 
 def _consume(task: asyncio.Task[Any]) -> None:
@@ -512,9 +514,11 @@ class RoutingCore:
         try:
             guess = self._guess(req)
             if guess is None and not req.forced and not req.session_id and not req.replica_hint:
-                # no session to wait for: decide while the states read is in flight (one loop turn first, so
-                # its command is on the wire before the classifier holds the loop), then read ahead
-                await asyncio.sleep(0)
+                # no session to wait for: decide while the states read is in flight, then read ahead. A few loop
+                # turns first, so its command (and the caller's limit check) is on the wire before the classifier
+                # holds the loop: the store's deadline wrapper runs each call in a task of its own, one turn later.
+                for _ in range(SEND_TURNS):
+                    await asyncio.sleep(0)
                 decided = await self.decide(req, prefetched=(None,), times=times, gate=gate)
                 guess = self._guess(req, decided[0].specialist)
             if guess is not None:  # the placement request's rendering and hashing run while the read is in flight
