@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from macaron.discovery import StaticSource
 from macaron.prompting import ChatRequest, Message
+from macaron.router.placement import PlacementRequest
 from macaron.router.routing import AdapterRef, RouteRequest, RoutingCore
 from macaron.router.settings import RouterSettings
 from macaron.router.store_gate import GatedStore
@@ -236,14 +237,21 @@ async def test_new_sessions_spread_over_the_replicas_and_continuing_ones_stay() 
         await c.flush()
         first[f"s{i}"] = route.replica
     assert sorted(list(first.values()).count(r) for r in REPLICAS) == [2, 2, 2]
-    for i in range(6):
-        req = RouteRequest(ChatRequest((Message("system", system),
-                                        Message("user", f"question number {i}: " + "some details " * 30),
-                                        Message("assistant", "an answer"), Message("user", "and then?"))),
-                           owner="o", session_id=f"s{i}")
-        route = await c.route(req)
-        assert route.replica == first[f"s{i}"]
-        route.release()
+    for forced in (None, "chat"):  # a forced specialist keeps its session's replica too
+        for i in range(6):
+            req = RouteRequest(ChatRequest((Message("system", system),
+                                            Message("user", f"question number {i}: " + "some details " * 30),
+                                            Message("assistant", "an answer"), Message("user", "and then?"))),
+                               owner="o", session_id=f"s{i}", forced=forced)
+            route = await c.route(req)
+            assert route.replica == first[f"s{i}"]
+            assert route.session is not None and route.session.replica == first[f"s{i}"]
+            route.commit()
+            route.release()
+            await c.flush()
+    assert sum(c.snapshots.spread_local.values()) == 0
+    counts = (await c.snapshots.read(PlacementRequest("chat", ("x",)))).sessions
+    assert sorted(counts.values()) == [2, 2, 2]  # continuing turns are not counted as new sessions
     await c.aclose()
 
 

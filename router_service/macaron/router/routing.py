@@ -2,7 +2,7 @@
 
 `RoutingCore.route(request)` runs, for one validated request:
 
-1. the session read (one store round trip, skipped for a forced specialist or no session id),
+1. the session read (with the version states: one store round trip; skipped without a session id),
 2. the fast classifier (skipped when forced, or inside a tool loop of a live session),
 3. the decision pipeline of `decision.py`, and the judge when the classifier is unsure,
 4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
@@ -332,8 +332,10 @@ class RoutingCore:
             return ()
 
     async def read_session_and_states(self, req: RouteRequest) -> tuple[SessionView | None, dict[str, SpecialistState]]:
-        """The session (unless forced or none) and every specialist's version state, in one store round trip."""
-        if req.forced or not req.session_id:
+        """The session (when there is one) and every specialist's version state, in one store round trip. A forced
+        request reads its session too: the decision does not need it, but placement does (the session's replica
+        holds its history), and it rides on the states read at no extra round trip."""
+        if not req.session_id:
             return None, await self.versions.states()
         try:
             raws = await self.store.hgetall_many([session_key(req.owner, req.session_id), *self.versions.state_keys()])
