@@ -165,9 +165,10 @@ class RouterSettings(BaseModel):
         "placement store.",
     )
     spread_window_s: float = Field(
-        300.0,
-        description="Session spread counts the sessions placed on each replica in this window (and the one before): "
-        "about how long a conversation's history is worth keeping in an engine's cache.",
+        60.0,
+        description="Session spread counts the sessions placed on each replica in this window and the one before "
+        "(60 to 120 s back): sessions that started recently, whose next turns will want their histories; older ones "
+        "are left to the load scorer, since a count of placements cannot tell a live session from an ended one.",
     )
     balance_abs_threshold: int = Field(
         8,
