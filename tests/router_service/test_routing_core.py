@@ -309,3 +309,21 @@ async def test_the_states_read_is_sent_before_the_classifier_holds_the_loop() ->
     route.release()
     assert events[:2] == ["sent", "classify"]
     await c.aclose()
+
+
+async def test_an_over_limit_gate_stops_the_escalation() -> None:
+    """The limit check runs beside the fast classifier; the escalation (tens of ms of CPU) waits for it."""
+    classifier = Escalating()
+    c = core(classifier)
+
+    async def over_limit() -> None:
+        raise PermissionError("over the limit")
+
+    try:
+        await c.route(request("which one is it?"), gate=asyncio.ensure_future(over_limit()))
+    except PermissionError:
+        pass
+    else:
+        raise AssertionError("the gate's error did not stop the route")
+    assert classifier.full_threads == []  # never escalated
+    await c.aclose()

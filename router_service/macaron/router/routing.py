@@ -281,12 +281,15 @@ class RoutingCore:
 
     # ------------------------------------------------------------ deciding
 
-    async def classify(self, chat: ChatRequest, session: str | None = None) -> Classified | None:
+    async def classify(self, chat: ChatRequest, session: str | None = None, *,
+                       gate: Awaitable[Any] | None = None) -> Classified | None:
         """The classifier's answer on the conversation; None when there is none or it fails.
 
         The fast path runs inline (well under a millisecond); when it is unsure and the classifier
         escalates to its embedding model (tens of milliseconds of CPU), that call runs in a worker
         thread, so the event loop keeps serving other requests and their store calls meanwhile.
+        `gate` (the caller's limit check) is awaited before escalating: an over-limit caller costs at most
+        the fast path.
         """
         c = self.classifier
         if c is None:
@@ -305,8 +308,18 @@ class RoutingCore:
                 fast = c.classify(messages=messages, tools=tools, escalate=False, **extra)  # type: ignore[call-arg]
                 if fast.confidence >= getattr(c, "threshold", 0.0):
                     return classified_from(fast)
-                return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools, **extra))
-            return classified_from(c.classify(messages=messages, tools=tools, **extra))
+            else:
+                return classified_from(c.classify(messages=messages, tools=tools, **extra))
+        except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
+            log.debug("not classifiable: %s", exc)
+            return None
+        except Exception:  # noqa: BLE001 - a classifier bug must not fail the request
+            log.exception("classifier failed; deciding without it")
+            return None
+        if gate is not None:  # its error (over the limit) is the caller's, not a classifier failure
+            await gate
+        try:
+            return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools, **extra))
         except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
             log.debug("not classifiable: %s", exc)
             return None
@@ -357,7 +370,7 @@ class RoutingCore:
         classified = None
         t0 = time.perf_counter()
         if not req.forced and not (session is not None and tool_loop):
-            classified = await self.classify(req.chat, session.specialist if session is not None else None)
+            classified = await self.classify(req.chat, session.specialist if session is not None else None, gate=gate)
         t1 = time.perf_counter()
         outcome = decide(forced=req.forced, session=session, classified=classified, tool_loop=tool_loop,
                          policy=self.decision_policy, new_turn_words=newest_user_words(req.chat.messages))
