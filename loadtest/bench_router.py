@@ -9,8 +9,9 @@ workload's working set (--kv-tokens) and publishing KV-cache events (SGLang's fo
 specialists over all of them; three `macaron router` processes (round_robin; two
 prefix_affinity replicas A and B sharing a state Redis and a placement Redis of the bench's own),
 all in the production configuration (classifier escalation on, judge on); and SGLang's router
-`smg` (policy cache_aware, sticky on the same session ids) three times: one instance, and two
-instances joined with `--enable-mesh` (which syncs their trees). Then it measures:
+`smg` (policy cache_aware, sticky on the same session ids) in two shapes: one instance, and two
+instances joined with `--enable-mesh` (which syncs their trees), each started for its own arm and
+stopped after it (two meshed instances keep most of a core busy even when idle). Then it measures:
 
 1. classify: the fast classifier with escalation, as configured, on real prompts (dev.jsonl):
    p50/p99 and decisions per second on one thread;
@@ -18,8 +19,10 @@ instances joined with `--enable-mesh` (which syncs their trees). Then it measure
    escalation, judge when unsure, prompt rendering, tokenizing and hashing, one placement-store
    read, placement on the engines' KV-cache events) against the bench's Redis: p50/p99;
 3. router-added TTFT, paired: each real prompt goes through router → specialist and straight to
-   the specialist (and engine replica) the router chose, in alternating order; a per-path tag at
-   the head keeps either from hitting the other's cache; p50 and p99 of the per-pair difference;
+   the same specialist and engine replica, in alternating order, both finding the whole prompt in
+   that replica's KV cache (one unmeasured request straight to the specialist put it there), so the
+   engine's work is the same on both paths; p50 and p99 of the per-pair difference, and where it
+   goes (the router's own step times, the router → specialist hop, the caller → router hop);
 4. a multi-turn workload with KV pressure (sessions sharing 4 short system prompts, each turn
    carrying the whole growing history, fixed assistant turns of about 60 tokens so every arm sends
    the same requests with the same session ids; each engine's cache is 1.25 x its fair share of
@@ -63,6 +66,7 @@ SMG = Path(sys.executable).parent / "smg"
 SPECIALISTS = ("chat", "agent", "code", "ui")
 START_TIMEOUT_S = 300.0
 SESSION_HEADER = "x-session-id"
+UPSTREAM_TTFT_KEY = "x-macaron-upstream-ttft-ms"  # the router's trailer (macaron.router.servicer)
 
 
 def log(message: str) -> None:
@@ -186,9 +190,18 @@ class Stack:
                 log(f"stopping {proc.name}: {exc}")
 
 
-def smg_binary() -> str | None:
-    """smg next to this interpreter, else on PATH."""
-    return str(SMG) if SMG.exists() else shutil.which("smg")
+def smg_binary() -> list[str] | None:
+    """The command that starts smg: its script next to this interpreter, else on PATH, else its module where
+    this interpreter can import it (an environment whose packages are shared has no script of its own)."""
+    if SMG.exists():
+        return [str(SMG)]
+    if shutil.which("smg"):
+        return [str(shutil.which("smg"))]
+    import importlib.util
+
+    if importlib.util.find_spec("smg") is not None and importlib.util.find_spec("smg.cli") is not None:
+        return [sys.executable, "-c", "import sys; from smg.cli import main; sys.argv[0] = 'smg'; sys.exit(main())"]
+    return None
 
 
 def redis(name: str, port: int, policy: str, workdir: Path) -> Proc:
@@ -242,36 +255,52 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
         for i, url in enumerate(stack.engines):
             wait_http(next(p for p in procs if p.name == f"engine{i}"), url + "/health", deadline)
         log(f"  engines up after {time.monotonic() - t0:.1f} s")
-        smg = smg_binary()
-        if smg:
-            mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
-            for name in ("smg1", "smg2a", "smg2b"):
-                port = free_port()
-                argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
-                        "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
-                        "--prometheus-port", str(free_port()), "--log-level", "warn",
-                        "--worker-startup-check-interval", "1",
-                        # the same session ids as our routers get, for sticky sessions on top of cache_aware
-                        "--routing-key-override", "--routing-key-headers", SESSION_HEADER]
-                if name != "smg1":  # smg's own multi-router mode: the two instances sync their trees
-                    argv += ["--enable-mesh", "--mesh-server-name", name, "--mesh-host", "127.0.0.1",
-                             "--mesh-port", str(mesh_ports[name])]
-                    if name == "smg2b":
-                        argv += ["--mesh-peer-urls", f"127.0.0.1:{mesh_ports['smg2a']}"]
-                procs.append(Proc(name, argv, workdir))
-                stack.smg[name] = f"http://127.0.0.1:{port}"
+        if "placement" in args.parts and smg_binary():
+            stack.smg = {"smg1": "", "smg2a": "", "smg2b": ""}  # started for their own arms only (start_smg)
         specialists = next(p for p in procs if p.name == "specialists")
         for port in stack.specialist_ports.values():
             wait_grpc(specialists, port, "macaron.v1.Specialist", deadline)
         for name, port in stack.routers.items():
             wait_grpc(next(p for p in procs if p.name == f"router-{name}"), port, "macaron.v1.Router", deadline)
-        for name, url in stack.smg.items():
-            wait_smg(next(p for p in procs if p.name == name), url, len(stack.engines), deadline)
         log(f"  stack up after {time.monotonic() - t0:.1f} s ({len(stack.engines)} engines of {args.kv_tokens} KV "
-            f"tokens, 4 specialists, 3 routers, {len(stack.smg)} smg)")
+            f"tokens, 4 specialists, 3 routers; smg {'started for its arms' if stack.smg else 'not installed'})")
         return stack
     except BaseException:
         stack.stop()
+        raise
+
+
+def start_smg(stack: Stack, names: list[str]) -> list[Proc]:
+    """Starts the named smg instances (fresh ports; smg2a and smg2b joined with --enable-mesh) and waits until
+    each sees every engine. Started for their own arms and stopped after them: two meshed smg instances keep
+    most of a core busy even when idle, which would slow every other measurement on a small machine."""
+    smg = smg_binary()
+    assert smg is not None
+    mesh_ports = {"smg2a": free_port(), "smg2b": free_port()}
+    procs = []
+    try:
+        for name in names:
+            port = free_port()
+            argv = [*smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *stack.engines,
+                    "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
+                    "--prometheus-port", str(free_port()), "--log-level", "warn",
+                    "--worker-startup-check-interval", "1",
+                    # the same session ids as our routers get, for sticky sessions on top of cache_aware
+                    "--routing-key-override", "--routing-key-headers", SESSION_HEADER]
+            if name != "smg1":  # smg's own multi-router mode: the two instances sync their trees
+                argv += ["--enable-mesh", "--mesh-server-name", name, "--mesh-host", "127.0.0.1",
+                         "--mesh-port", str(mesh_ports[name])]
+                if name == "smg2b":
+                    argv += ["--mesh-peer-urls", f"127.0.0.1:{mesh_ports['smg2a']}"]
+            procs.append(Proc(f"{name}-{uuid.uuid4().hex[:4]}", argv, stack.workdir))
+            stack.smg[name] = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for name, proc in zip(names, procs):
+            wait_smg(proc, stack.smg[name], len(stack.engines), deadline)
+        return procs
+    except BaseException:
+        for proc in procs:
+            proc.stop()
         raise
 
 
@@ -321,6 +350,8 @@ class Turn:
     """The router's predicted cached tokens (-1: no router prediction on this path)."""
     replica: str = ""
     reason: int = 0
+    timing: dict[str, float] = field(default_factory=dict)
+    """The router's step times (RouteTiming) and the specialist's TTFT as the router saw it; empty elsewhere."""
 
 
 @dataclass
@@ -328,6 +359,18 @@ class RunResult:
     name: str
     turns: list[Turn] = field(default_factory=list)
     errors: int = 0
+    by_session: dict[int, list[Turn]] = field(default_factory=dict)
+    """Each session's turns in order (our routers report the replica; smg does not)."""
+
+    def spread(self) -> tuple[list[int], int] | None:
+        """Sessions per replica (by their first turn, most first) and turns that changed replica within a
+        session; None where the replica is not reported."""
+        firsts = [ts[0].replica for ts in self.by_session.values() if ts and ts[0].replica]
+        if not firsts:
+            return None
+        per = sorted((firsts.count(r) for r in set(firsts)), reverse=True)
+        moves = sum(a.replica != b.replica for ts in self.by_session.values() for a, b in zip(ts, ts[1:]))
+        return per, moves
 
     @property
     def cached(self) -> int:
@@ -380,7 +423,8 @@ class Senders:
         start = time.perf_counter()
         ttft = None
         text, usage, specialist, route = [], None, "", None
-        async for chunk in stub.Generate(request, timeout=180):
+        call = stub.Generate(request, timeout=180)
+        async for chunk in call:
             if chunk.HasField("route") and route is None:
                 route = chunk.route
                 specialist = SPECIALISTS[max(0, chunk.route.specialist - 1)]
@@ -390,8 +434,16 @@ class Senders:
             if chunk.HasField("usage"):
                 usage = chunk.usage
         assert ttft is not None and usage is not None and route is not None
+        timing: dict[str, float] = {}
+        if route.HasField("timing"):
+            t = route.timing
+            timing = {"admit_ms": t.admit_ms, "state_read_ms": t.state_read_ms, "classify_ms": t.classify_ms,
+                      "judge_ms": t.judge_ms, "placement_ms": t.placement_ms, "route_ms": route.route_ms}
+            trailers = dict(await call.trailing_metadata() or ())
+            if UPSTREAM_TTFT_KEY in trailers:
+                timing["upstream_ttft_ms"] = float(trailers[UPSTREAM_TTFT_KEY])
         return Turn(ttft, usage.prompt_tokens, usage.cached_tokens, "".join(text), route.predicted_cached_tokens,
-                    route.replica, route.reason), specialist
+                    route.replica, route.reason, timing), specialist
 
     async def smg_turn(self, url: str, messages: list[dict[str, str]], session: str) -> Turn:
         from macaron.prompting import ChatRequest, Message, render
@@ -481,11 +533,14 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
                     log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
                     return
             result.turns.append(turn)
+            result.by_session.setdefault(s, []).append(turn)
 
     await asyncio.gather(*(session(s) for s in range(sessions)))
     rate = result.cached / result.prompt if result.prompt else 0.0
+    spread = result.spread()
+    where = f"  sessions per replica {spread[0]}, replica changes {spread[1]}" if spread else ""
     log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
-        f"({rate:5.1%})  mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}")
+        f"({rate:5.1%})  mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
     return result
 
 
@@ -570,6 +625,7 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
     )
     await core.start()
     times, decision, judged = [], [], 0
+    steps: dict[str, list[float]] = {}
     try:
         for i in range(n + 10):
             s = i % 16
@@ -586,53 +642,104 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
                 times.append(route.route_ms)
                 decision.append(route.decision_ms)
                 judged += route.decision.reason in ("judge", "default")
+                for key in ("state_read_ms", "classify_ms", "judge_ms", "placement_ms"):
+                    steps.setdefault(key, []).append(getattr(route.times, key))
         await core.flush()
     finally:
         await core.aclose()
         await store.close()
         await cache.close()
     return {"route_p50_ms": pct(times, 50), "route_p99_ms": pct(times, 99), "decision_p50_ms": pct(decision, 50),
-            "route_judged_share": judged / max(1, len(times))}
+            "route_judged_share": judged / max(1, len(times)),
+            "route_steps_p50_ms": {k: pct(v, 50) for k, v in steps.items()},
+            "route_steps_p90_ms": {k: pct(v, 90) for k, v in steps.items()}}
 
 
-async def bench_added_ttft(senders: Senders, n: int, users: list[str]) -> dict[str, float]:
-    """Paired: each prompt through router → specialist and straight to the specialist and replica the router
-    chose, the order alternating; a per-path tag at the head keeps either from reusing the other's cache."""
+async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifier: Any) -> dict[str, Any]:
+    """Paired: each prompt through router → specialist and straight to the same specialist and replica, the
+    order alternating. Both paths send the same prompt and find it whole in the replica's KV cache (it went
+    there once before, straight to the specialist, so the router saw nothing of it): the engine's work is the
+    same on both, and the difference is the router's, not the noise of two prefills (hundreds of ms on shared
+    CPUs). The specialist of the warm-up is this process's copy of the router's classifier; a pair where the
+    router chose another specialist or replica is counted (`ttft_pairs_off_warm`)."""
     from macaron.v1 import common_pb2 as pb
 
-    diffs, via_router, direct, judged = [], [], [], []
+    engines = senders.stack.engines
+    diffs, via_router, direct, judged, off_warm, in_request = [], [], [], [], 0, []
+    parts: dict[str, list[float]] = {}
+    cached_share = {"router": [], "direct": []}
     for i in range(n + 4):
-        prompt = users[i]
-        tags = uuid.uuid4().hex[:6], uuid.uuid4().hex[:6]
-        routed_msgs = [{"role": "user", "content": f"(ref {tags[0]}) {prompt}"}]
-        plain_msgs = [{"role": "user", "content": f"(ref {tags[1]}) {prompt}"}]
+        msgs = [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {users[i]}"}]
+        specialist = str(classifier.classify(messages=msgs).specialist)
+        replica = engines[i % len(engines)]
+        await senders.grpc_turn(senders.specialists[specialist], senders.proto(msgs, forced=False, hint=replica))
+        await asyncio.sleep(0.05)  # the engine's KV events reach the routers' index
 
-        async def through_router() -> tuple[Turn, str]:
-            return await senders.grpc_turn(senders.routers["a"], senders.proto(routed_msgs, forced=False))
+        async def routed() -> tuple[Turn, str]:
+            return await senders.grpc_turn(senders.routers["a"], senders.proto(msgs, forced=False))
+
+        async def straight() -> Turn:
+            return (await senders.grpc_turn(senders.specialists[specialist],
+                                            senders.proto(msgs, forced=False, hint=replica)))[0]
 
         if i % 2 == 0:
-            turn, specialist = await through_router()
-            plain, _ = await senders.grpc_turn(senders.specialists[specialist],
-                                               senders.proto(plain_msgs, forced=False, hint=turn.replica))
-        else:  # direct first: to the specialist and replica the router picks for this prompt (asked right after)
-            probe, specialist = await senders.grpc_turn(senders.routers["a"], senders.proto(
-                [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {prompt}"}], forced=False))
-            plain, _ = await senders.grpc_turn(senders.specialists[specialist],
-                                               senders.proto(plain_msgs, forced=False, hint=probe.replica))
-            turn, _ = await through_router()
-        if i >= 4:  # warm-up excluded
-            via_router.append(turn.ttft_s * 1000)
-            direct.append(plain.ttft_s * 1000)
-            diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
-            judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+            turn, chosen = await routed()
+            plain = await straight()
+        else:
+            plain = await straight()
+            turn, chosen = await routed()
+        if i < 4:  # warm-up excluded
+            continue
+        off_warm += chosen != specialist or turn.replica.rstrip("/") != replica.rstrip("/")
+        via_router.append(turn.ttft_s * 1000)
+        direct.append(plain.ttft_s * 1000)
+        diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
+        judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
+        if "upstream_ttft_ms" in turn.timing:  # same request: the caller's TTFT minus the specialist's as the router saw it
+            in_request.append(turn.ttft_s * 1000 - turn.timing["upstream_ttft_ms"])
+        cached_share["router"].append(turn.cached_tokens / max(1, turn.prompt_tokens))
+        cached_share["direct"].append(plain.cached_tokens / max(1, plain.prompt_tokens))
+        for key, value in added_breakdown(turn, plain).items():
+            parts.setdefault(key, []).append(value)
     plain_diffs = [d for d, j in zip(diffs, judged) if not j]
     return {
+        "added_breakdown_p50_ms": {k: pct(v, 50) for k, v in parts.items()},
+        "added_breakdown_p99_ms": {k: pct(v, 99) for k, v in parts.items()},
         "judged_share": sum(judged) / len(judged),
+        "ttft_pairs_off_warm": off_warm,
+        "ttft_cached_share": {k: statistics.fmean(v) for k, v in cached_share.items()},
         "router_ttft_p50_ms": pct(via_router, 50),
         "direct_ttft_p50_ms": pct(direct, 50),
         "router_added_ttft_ms_p50": pct(diffs, 50),
         "router_added_ttft_ms_p99": pct(diffs, 99),
         "router_added_ttft_ms_p50_unjudged": pct(plain_diffs, 50),
+        "router_added_ttft_ms_p50_in_request": pct(in_request, 50),
+        "router_added_ttft_ms_p99_in_request": pct(in_request, 99),
+    }
+
+
+def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
+    """One pair's added TTFT, step by step (ms): the router's own steps as it reports them (RouteTiming; steps
+    that run side by side overlap), the router → specialist hop (the specialist's TTFT as the router saw it
+    minus the direct path's TTFT: the same kind of hop as the caller's straight to the specialist, so this is
+    mostly the two engine runs' noise), and the rest: the caller → router hop, the servicer's own work and
+    relaying the first token back."""
+    t = turn.timing
+    if not t:
+        return {}
+    route_ms = t["route_ms"]
+    upstream = t.get("upstream_ttft_ms", float("nan"))
+    added = (turn.ttft_s - plain.ttft_s) * 1000
+    return {
+        "admit (limits, overlaps the decision)": t["admit_ms"],
+        "state read (session, versions)": t["state_read_ms"],
+        "classify (escalation included)": t["classify_ms"],
+        "judge": t["judge_ms"],
+        "placement (render, tokenize, hash, store read, scorers)": t["placement_ms"],
+        "route total (decision + placement)": route_ms,
+        "router -> specialist hop": upstream - plain.ttft_s * 1000,
+        "caller -> router hop, servicer, relay": turn.ttft_s * 1000 - route_ms - upstream,
+        "added (paired)": added,
     }
 
 
@@ -668,74 +775,110 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     systems = system_prompts(3 if quick else 4, 900 if quick else 1500, seed=7)
     users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))
 
-    t = time.monotonic()
-    log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
-    out.update(bench_classify(classifier, 300 if quick else 1000))
-    log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  {out['decisions_per_s']:.0f}/s"
-        f"  ({time.monotonic() - t:.1f} s)")
+    if "classify" in args.parts:
+        t = time.monotonic()
+        log(f"classify (fast classifier, escalation {'on' if args.escalation else 'off'}, real prompts, this thread):")
+        out.update(bench_classify(classifier, 300 if quick else 1000))
+        log(f"  p50 {out['classify_p50_ms']:.3f} ms  p99 {out['classify_p99_ms']:.3f} ms  "
+            f"{out['decisions_per_s']:.0f}/s  ({time.monotonic() - t:.1f} s)")
 
-    t = time.monotonic()
-    log("route (decision + placement, production settings, Redis round trips):")
-    out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
-    log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
-        f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
+    if "route" in args.parts:
+        t = time.monotonic()
+        log("route (decision + placement, production settings, Redis round trips):")
+        out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
+        log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
+            f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
+        log("  steps, p50 / p90 ms: " + ", ".join(f"{k[:-3]} {v:.2f} / {out['route_steps_p90_ms'][k]:.2f}"
+                                                    for k, v in out["route_steps_p50_ms"].items()))
 
     senders = Senders(stack, args.max_new_tokens, tokenizer)
     try:
-        t = time.monotonic()
-        log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
-        out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:]))
-        log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
-            f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
-            f"({out['judged_share']:.0%} went to the judge; p50 without them "
-            f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
-
-        t = time.monotonic()
-        shape = dict(sessions=args.sessions, turns=args.turns, systems=args.work_systems, users=users,
-                     concurrency=4 if quick else 8)
-        arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
-        if stack.smg:
-            arms.update({"smg cache_aware x1": [stack.smg["smg1"]], "ours prefix_affinity x2": ["a", "b"],
-                         "smg cache_aware x2 mesh": [stack.smg["smg2a"], stack.smg["smg2b"]]})
-        else:
-            log("  smg is not installed (pip install smg): no comparison with SGLang's router")
-        log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
-            f"shared system prompts, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
-            f"{args.kv_tokens} KV tokens; {args.repeats} rounds, arms interleaved):")
-        runs: dict[str, list[RunResult]] = {name: [] for name in arms}
-        names = list(arms)
-        for round_ in range(args.repeats):
-            order = names[round_ % len(names):] + names[:round_ % len(names)]
-            for name in order:
-                runs[name].append(await multi_turn(senders, name, arms[name], **shape))
-        stats = {name: summary(rs) for name, rs in runs.items()}
-        for name, st in stats.items():
-            log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
-                f"  mean TTFT median {st['ttft_median_ms']:.0f} ms [{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
-        aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
-        out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
-        out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
-        if stack.smg:
-            out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
-            out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
-                                                              stats["smg cache_aware x2 mesh"]["cached_median"])
-            out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
-        else:
-            out["cached_tokens_over_smg"] = None
-            out["two_replica_cached_tokens_over_smg"] = None
-        ours = [t_ for name in ("ours prefix_affinity", "ours prefix_affinity x2") for r in runs.get(name, [])
-                for t_ in r.turns]
-        out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
-        out["arms"] = stats
-        out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
-                                 for name, rs in runs.items()}
-        out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
-        out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
-                           "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
-        log(f"  ({time.monotonic() - t:.1f} s)")
+        if "ttft" in args.parts:
+            await measure_ttft(args, senders, users, classifier, out)
+        if "placement" in args.parts:
+            await measure_placement(args, stack, senders, users, out)
     finally:
         await senders.close()
     return out
+
+
+async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[str], classifier: Any,
+                       out: dict[str, Any]) -> None:
+    quick = args.quick
+    t = time.monotonic()
+    log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
+    out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:], classifier))
+    log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
+        f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
+        f"({out['judged_share']:.0%} went to the judge; p50 without them "
+        f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
+    log(f"  within each routed request (its TTFT minus the specialist's TTFT as the router saw it: the caller -> "
+        f"router hop, the router's work, the relay; no second prefill in it): p50 "
+        f"{out['router_added_ttft_ms_p50_in_request']:.1f} ms p99 {out['router_added_ttft_ms_p99_in_request']:.1f} ms")
+    log(f"  prompt share served from cache: via router {out['ttft_cached_share']['router']:.0%}, direct "
+        f"{out['ttft_cached_share']['direct']:.0%}; pairs where the router left the warm specialist or replica: "
+        f"{out['ttft_pairs_off_warm']}")
+    log("  where the added time goes (per pair; p50 / p99 ms; the router's steps overlap where it runs them "
+        "side by side):")
+    for key, p50 in out["added_breakdown_p50_ms"].items():
+        log(f"    {key:<58} {p50:8.2f} / {out['added_breakdown_p99_ms'][key]:8.2f}")
+
+
+async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Senders, users: list[str],
+                            out: dict[str, Any]) -> None:
+    quick = args.quick
+    t = time.monotonic()
+    shape = dict(sessions=args.sessions, turns=args.turns, systems=args.work_systems, users=users,
+                 concurrency=4 if quick else 8)
+    arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
+    if stack.smg:
+        arms.update({"smg cache_aware x1": ["smg1"], "ours prefix_affinity x2": ["a", "b"],
+                     "smg cache_aware x2 mesh": ["smg2a", "smg2b"]})
+    else:
+        log("  smg is not installed (pip install smg): no comparison with SGLang's router")
+    log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
+        f"shared system prompts, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
+        f"{args.kv_tokens} KV tokens; {args.repeats} rounds, arms interleaved):")
+    runs: dict[str, list[RunResult]] = {name: [] for name in arms}
+    names = list(arms)
+    for round_ in range(args.repeats):
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        for name in order:
+            smg = [t_ for t_ in arms[name] if t_.startswith("smg")]
+            procs = start_smg(stack, smg) if smg else []
+            try:
+                targets = [stack.smg[t_] if t_ in smg else t_ for t_ in arms[name]]
+                runs[name].append(await multi_turn(senders, name, targets, **shape))
+            finally:
+                for proc in procs:
+                    proc.stop()
+    stats = {name: summary(rs) for name, rs in runs.items()}
+    for name, st in stats.items():
+        log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
+            f"  mean TTFT median {st['ttft_median_ms']:.0f} ms [{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
+    aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
+    out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
+    out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
+    if stack.smg:
+        out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
+        out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
+                                                          stats["smg cache_aware x2 mesh"]["cached_median"])
+        out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
+    else:
+        out["cached_tokens_over_smg"] = None
+        out["two_replica_cached_tokens_over_smg"] = None
+    ours = [t_ for name in ("ours prefix_affinity", "ours prefix_affinity x2") for r in runs.get(name, [])
+            for t_ in r.turns]
+    out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
+    out["arms"] = stats
+    out["arms_spread"] = {name: [{"sessions_per_replica": sp[0], "replica_changes": sp[1]} for sp in
+                                 (r.spread() for r in rs) if sp] for name, rs in runs.items() if rs[0].spread()}
+    out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
+                             for name, rs in runs.items()}
+    out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
+    out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
+                       "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
+    log(f"  ({time.monotonic() - t:.1f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -749,8 +892,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="KV-cache tokens per engine (default: 1.25 x the workload's working set / replicas, "
                         "at least its longest request: a router that spreads the sessions evenly and keeps each on "
                         "one replica can serve every next turn from cache; one that does not, cannot).")
-    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 8, "
-                        "or 24 without --quick).")
+    parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 9, "
+                        "or 25 without --quick: not a multiple of the replica count, so round robin cannot land a "
+                        "session's turns on one replica by accident when sessions advance in step).")
     parser.add_argument("--turns", type=int, default=0, help="Turns per session (default 5, or 8 without --quick).")
     parser.add_argument("--pairs", type=int, default=0, help="Prompts of the paired router-added TTFT (default 8, "
                         "or 80 without --quick; 4 more warm up).")
@@ -761,11 +905,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--escalation", action=argparse.BooleanOptionalAction, default=True,
                         help="The classifier escalates to its embedding model when unsure, as in production (default).")
     parser.add_argument("--keep", action="store_true", help="Keep the work directory (logs, config).")
+    parser.add_argument("--parts", default="classify,route,ttft,placement",
+                        help="Comma-separated parts to measure (default: all): classify, route, ttft (router-added "
+                        "TTFT, paired, with its breakdown), placement (the multi-turn arms); smg starts only for "
+                        "placement.")
     args = parser.parse_args(argv)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if not args.parts or args.parts - {"classify", "route", "ttft", "placement"}:
+        parser.error("--parts: a comma-separated subset of classify, route, ttft, placement")
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not on PATH")
     if args.classifier_artifact:
@@ -782,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
     from macaron.assets.builtin import ensure_builtin_model
 
     model_dir = ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False).model_dir
-    args.sessions = args.sessions or (8 if args.quick else 24)
+    args.sessions = args.sessions or (9 if args.quick else 25)
     args.turns = args.turns or (5 if args.quick else 8)
     args.work_systems = system_prompts(4, 250, seed=11)
     users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))

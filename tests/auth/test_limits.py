@@ -87,7 +87,8 @@ class CountingClassifier:
 
 
 async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> None:
-    """An over-limit request is refused before the classifier (and so before the judge's engine call)."""
+    """An over-limit request is refused before the judge's engine call and the classifier's escalation (the
+    router checks the limit beside its fast classifier, not before it)."""
     from transformers import AutoTokenizer
 
     from macaron.assets import ensure_tiny_model
@@ -124,6 +125,8 @@ async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> Non
             routed = classifier.calls
             assert routed >= 1
             assert await generate() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert classifier.calls == routed  # refused before the decision
+            # refused before the judge (an engine call) and before any escalation: the limit check runs
+            # beside the decision, so the fast classifier may have run once, nothing more
+            assert classifier.calls <= routed + 1
     finally:
         await router.aclose()

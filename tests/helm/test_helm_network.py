@@ -82,6 +82,8 @@ def test_only_specialists_and_routers_reach_the_base_group(example) -> None:
     assert not can_connect(policies, world["base"], INTERNET, 443)  # no way out for the weights' pods
     # KV-cache events: the routers subscribe to every engine's publisher; nobody else does
     assert can_connect(policies, world["router"], world["base"], 5557)
+    assert can_connect(policies, world["router"], world["base"], 5558)  # the events' replay socket
+    assert not can_connect(policies, world["gateway"], world["base"], 5558)
     assert not can_connect(policies, world["specialist"], world["base"], 5557)
     assert not can_connect(policies, world["gateway"], world["base"], 5557)
 

@@ -272,3 +272,80 @@ async def test_a_router_that_starts_late_places_on_the_truth_only_with_a_shared_
             await alone.aclose()
     finally:
         await first.aclose()
+
+
+# ------------------------------------------------------------------ missed batches: SGLang's replay socket
+
+
+async def test_a_gap_in_the_sequence_is_filled_from_the_replay_socket_else_a_new_epoch() -> None:
+    """The publisher (the embedded engine's, SGLang's protocol) keeps its last batches for replay; a follower
+    that sees the sequence skip asks for the missed ones and applies them in order, so what it knew of the
+    replica stays valid. Without a replay socket, the same gap drops everything known of the replica."""
+    import socket
+
+    from macaron.kv_events import KVEventsConfig
+    from macaron.kv_events.publisher import ZmqEventPublisher
+    from macaron.router.kv_index.settings import KVIndexSettings
+    from macaron.router.kv_index.subscriber import KVEventFollower, fetch_replay, replay_of
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        replay_port = s.getsockname()[1]
+    pub = ZmqEventPublisher(KVEventsConfig(publisher="zmq", endpoint="tcp://127.0.0.1:*",
+                                           replay_endpoint=f"tcp://127.0.0.1:{replay_port}", buffer_steps=16))
+    lid = lora_id_for("chat")
+    tokens = list(range(200, 216))
+    keys = block_keys_of_tokens(tokens, block_size=4, lora_id=lid, max_blocks=64)
+    assert len(keys) >= 3  # a prompt's last token is never a cached block's, so 16 tokens look up 3 blocks
+    batches = [KVEventBatch(1.0, [BlockStored([1], None, tokens[:4], 4, lid)]),
+               KVEventBatch(2.0, [BlockStored([2], 1, tokens[4:8], 4, lid)]),
+               KVEventBatch(3.0, [BlockStored([3], 2, tokens[8:12], 4, lid)]),
+               KVEventBatch(4.0, [BlockStored([4], 3, tokens[12:16], 4, lid)])]
+    from macaron.kv_events.wire import encode_batch
+
+    try:
+        for batch in batches:
+            pub.publish(batch)
+        info = {"kv_events_config": json.dumps({"publisher": "zmq", "endpoint": "tcp://*:5557",
+                                                "replay_endpoint": f"tcp://*:{replay_port}"})}
+        endpoint = replay_of("http://127.0.0.1:1", info)
+        assert endpoint == f"tcp://127.0.0.1:{replay_port}"
+        deadline = time.monotonic() + 10
+        while True:  # the publisher thread sends (and buffers) asynchronously
+            import zmq.asyncio
+
+            ctx = zmq.asyncio.Context()
+            got = await fetch_replay(ctx, endpoint, 1, timeout_s=2.0)
+            ctx.term()
+            if len(got) == 3 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert [s for s, _ in got] == [1, 2, 3]
+
+        async def depths(store) -> dict[str, int]:
+            epochs, *rows = await store.hgetall_many([EPOCH_KEY, *(KEY_PREFIX + k for k in keys)])
+            return matched_depths(rows, epochs)
+
+        for replay in (endpoint, None):
+            store = MemoryStore()
+            writer = KVIndexWriter(store, block_size=4, entry_ttl_s=60)
+
+            async def no_replicas() -> list[str]:
+                return []
+
+            async def no_info(replica: str) -> dict:
+                return {}
+
+            follower = KVEventFollower(KVIndexSettings(), writer, no_replicas, no_info)
+            if replay is not None:
+                follower.replays["r"] = replay
+            await follower.handle("r", 0, encode_batch(batches[0]))
+            assert await depths(store) == {"r": 1}
+            await follower.handle("r", 3, encode_batch(batches[3]))  # batches 1 and 2 never arrived
+            if replay is not None:
+                assert follower.replayed == 2 and await depths(store) == {"r": len(keys)}  # the whole chain
+            else:
+                assert follower.replayed == 0 and await depths(store) == {"r": 0}
+            await follower.aclose()
+    finally:
+        pub.close()

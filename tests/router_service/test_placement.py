@@ -7,7 +7,13 @@ import pytest
 from macaron.router.placement import PlacementProfile, PlacementRequest, Snapshot, WeightedScorer, build_profile
 from macaron.router.placement.filters import HealthyFilter
 from macaron.router.placement.pickers import BalanceGuard, MaxScorePicker, RoundRobinPicker, rendezvous
-from macaron.router.placement.scorers import LoadScorer, PrefixHomeScorer, PrefixScorer, SessionScorer
+from macaron.router.placement.scorers import (
+    LoadScorer,
+    PrefixHomeScorer,
+    PrefixScorer,
+    SessionScorer,
+    SessionSpreadScorer,
+)
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.placement.types import NoReplicaError
 from macaron.router.prefix_index import PrefixIndex, block_hashes, block_keys, matched_blocks, now_ms
@@ -46,6 +52,36 @@ def test_session_scorer() -> None:
     req = PlacementRequest("chat", session_replica=B)
     assert SessionScorer().score(req, [A, B], Snapshot()) == {A: 0.0, B: 1.0}
     assert SessionScorer().score(REQ, [A, B], Snapshot()) == {A: 0.0, B: 0.0}
+
+
+@pytest.mark.parametrize(
+    ("session_replica", "sessions", "expected"),
+    [
+        (None, {A: 4, B: 2, C: 0}, {A: 0.0, B: 0.5, C: 1.0}),
+        (None, {}, {A: 1.0, B: 1.0, C: 1.0}),
+        (None, {B: 3}, {A: 1.0, B: 0.0, C: 1.0}),
+        (A, {A: 4, B: 2, C: 0}, {A: 1.0, B: 1.0, C: 1.0}),  # a continuing session is not moved by spread
+        ("http://gone:1", {A: 4, B: 2, C: 0}, {A: 0.0, B: 0.5, C: 1.0}),  # its replica is gone: placed anew
+    ],
+)
+def test_session_spread_scorer(session_replica, sessions, expected) -> None:
+    req = PlacementRequest("chat", session_replica=session_replica)
+    assert SessionSpreadScorer().score(req, [A, B, C], Snapshot(sessions=sessions)) == expected
+
+
+async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_at_once() -> None:
+    store = MemoryStore()
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
+    req = PlacementRequest("chat", ("h",))
+    write = one.placed_session(A)
+    assert (await one.read(req)).sessions == {A: 1}  # before the store write
+    assert (await two.read(req)).sessions == {}
+    await write
+    await two.placed_session(A)
+    await two.placed_session(B)
+    assert (await one.read(req)).sessions == {A: 2, B: 1} == (await two.read(req)).sessions
+    assert (await one.read(req, with_load=False)).sessions == {}  # round robin reads nothing of it
 
 
 def test_prefix_home_scorer_is_the_same_everywhere_and_spreads_heads() -> None:

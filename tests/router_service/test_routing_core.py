@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from macaron.discovery import StaticSource
 from macaron.prompting import ChatRequest, Message
+from macaron.router.placement import PlacementRequest
 from macaron.router.routing import AdapterRef, RouteRequest, RoutingCore
 from macaron.router.settings import RouterSettings
 from macaron.router.store_gate import GatedStore
@@ -217,3 +218,112 @@ async def test_the_placement_read_overlaps_the_state_read_when_the_specialist_is
         assert moved.replica == first.replica and moved.snapshot.prefix.get(first.replica)
     finally:
         await c.aclose()
+
+
+async def test_new_sessions_spread_over_the_replicas_and_continuing_ones_stay() -> None:
+    """Sessions that share a system prompt would all follow its cached head (or its home hash) to one replica;
+    the spread scorer sends each new one where the fewest sessions were placed, and a session's next turn
+    stays with its replica."""
+    c = core(Fixed("chat", 0.95))
+    system = "You are the assistant of the harbour office. " * 2
+    first: dict[str, str] = {}
+    for i in range(6):
+        req = RouteRequest(ChatRequest((Message("system", system),
+                                        Message("user", f"question number {i}: " + "some details " * 30))),
+                           owner="o", session_id=f"s{i}")
+        route = await c.route(req)
+        route.commit()
+        route.release()
+        await c.flush()
+        first[f"s{i}"] = route.replica
+    assert sorted(list(first.values()).count(r) for r in REPLICAS) == [2, 2, 2]
+    for forced in (None, "chat"):  # a forced specialist keeps its session's replica too
+        for i in range(6):
+            req = RouteRequest(ChatRequest((Message("system", system),
+                                            Message("user", f"question number {i}: " + "some details " * 30),
+                                            Message("assistant", "an answer"), Message("user", "and then?"))),
+                               owner="o", session_id=f"s{i}", forced=forced)
+            route = await c.route(req)
+            assert route.replica == first[f"s{i}"]
+            assert route.session is not None and route.session.replica == first[f"s{i}"]
+            route.commit()
+            route.release()
+            await c.flush()
+    assert sum(c.snapshots.spread_local.values()) == 0
+    counts = (await c.snapshots.read(PlacementRequest("chat", ("x",)))).sessions
+    assert sorted(counts.values()) == [2, 2, 2]  # continuing turns are not counted as new sessions
+    await c.aclose()
+
+
+async def test_a_route_reports_where_its_time_went() -> None:
+    c = core(Escalating())
+    route = await c.route(request("which one is it?"))
+    t = route.times
+    assert t.classify_ms >= 250  # the escalation's 0.3 s of work
+    assert t.state_read_ms >= 0 and t.placement_ms > 0 and t.judge_ms == 0
+    assert route.route_ms >= t.classify_ms
+    route.release()
+    await c.aclose()
+
+
+async def test_the_limit_gate_is_awaited_before_anything_is_placed() -> None:
+    c = core(Fixed("code", 0.95))
+
+    async def over_limit() -> None:
+        raise PermissionError("over the limit")
+
+    gate = asyncio.ensure_future(over_limit())
+    try:
+        await c.route(request("write a parser", session="s"), gate=gate)
+    except PermissionError:
+        pass
+    else:
+        raise AssertionError("the gate's error did not stop the route")
+    assert c.tracker.local == {} or not any(c.tracker.local.values())
+    assert c.snapshots.spread_local == {}
+    await c.flush()
+    assert await c.read_session("o", "s") is None
+    await c.aclose()
+
+
+async def test_the_states_read_is_sent_before_the_classifier_holds_the_loop() -> None:
+    """Without a session the decision runs while the version states are read; the read must be on the wire
+    first, even through a store that runs each call in a task of its own (as a deadline wrapper does)."""
+    events: list[str] = []
+
+    class Wrapped(MemoryStore):
+        async def hgetall_many(self, keys):
+            async def send():
+                events.append("sent")
+                return await MemoryStore.hgetall_many(self, keys)
+
+            return await asyncio.wait_for(send(), 1.0)
+
+    class Recording(Fixed):
+        def classify(self, text=None, *, messages=None, tools=None):
+            events.append("classify")
+            return super().classify(text, messages=messages, tools=tools)
+
+    c = core(Recording("code", 0.95), Wrapped())
+    route = await c.route(request("write a parser for this file format"))
+    route.release()
+    assert events[:2] == ["sent", "classify"]
+    await c.aclose()
+
+
+async def test_an_over_limit_gate_stops_the_escalation() -> None:
+    """The limit check runs beside the fast classifier; the escalation (tens of ms of CPU) waits for it."""
+    classifier = Escalating()
+    c = core(classifier)
+
+    async def over_limit() -> None:
+        raise PermissionError("over the limit")
+
+    try:
+        await c.route(request("which one is it?"), gate=asyncio.ensure_future(over_limit()))
+    except PermissionError:
+        pass
+    else:
+        raise AssertionError("the gate's error did not stop the route")
+    assert classifier.full_threads == []  # never escalated
+    await c.aclose()

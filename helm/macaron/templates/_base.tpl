@@ -50,7 +50,8 @@ The base-weight pod group's pod template: (dict "root" $ "role" "single|leader|w
 {{- end -}}
 
 {{- define "macaron.kvEventsConfig" -}}
-{{- dict "publisher" "zmq" "endpoint" (printf "tcp://*:%d" (int .Values.base.kvEvents.port)) "topic" .Values.base.kvEvents.topic | toJson -}}
+{{- $k := .Values.base.kvEvents -}}
+{{- dict "publisher" "zmq" "endpoint" (printf "tcp://*:%d" (int $k.port)) "replay_endpoint" (printf "tcp://*:%d" (int $k.replayPort)) "buffer_steps" (int $k.bufferSteps) "topic" $k.topic | toJson -}}
 {{- end -}}
 
 {{- define "macaron.embeddedArgs" -}}
@@ -141,6 +142,9 @@ spec:
         {{- if and $b.kvEvents.enabled (ne .role "worker") }}
         - name: kv-events
           containerPort: {{ $b.kvEvents.port }}
+          protocol: TCP
+        - name: kv-replay
+          containerPort: {{ $b.kvEvents.replayPort }}
           protocol: TCP
         {{- end }}
         {{- if eq .role "leader" }}

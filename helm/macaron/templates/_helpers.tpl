@@ -138,6 +138,8 @@ macaron.config.MacaronSettings the chart wires (a test loads it with load_settin
 {{- if .Values.base.kvEvents.enabled }}
 - name: MACARON_ROUTER__KV_EVENTS__ENDPOINT
   value: {{ printf "tcp://{host}:%d" (int .Values.base.kvEvents.port) | quote }}
+- name: MACARON_ROUTER__KV_EVENTS__REPLAY_ENDPOINT
+  value: {{ printf "tcp://{host}:%d" (int .Values.base.kvEvents.replayPort) | quote }}
 - name: MACARON_ROUTER__KV_EVENTS__TOPIC
   value: {{ .Values.base.kvEvents.topic | quote }}
 - name: MACARON_ROUTER__KV_EVENTS__BLOCK_SIZE

@@ -2,7 +2,7 @@
 
 `RoutingCore.route(request)` runs, for one validated request:
 
-1. the session read (one store round trip, skipped for a forced specialist or no session id),
+1. the session read (with the version states: one store round trip; skipped without a session id),
 2. the fast classifier (skipped when forced, or inside a tool loop of a live session),
 3. the decision pipeline of `decision.py`, and the judge when the classifier is unsure,
 4. placement: the prompt rendered by the specialist's own profile and the shared renderer,
@@ -67,6 +67,8 @@ from macaron.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 MAX_BACKGROUND_WRITES = 1024
+SEND_TURNS = 3
+"""Loop turns a route yields before its synchronous work, so the store reads it started are sent first."""
 
 
 def _consume(task: asyncio.Task[Any]) -> None:
@@ -112,6 +114,20 @@ class RouteRequest:
     request_id: str = ""
 
 
+@dataclass(slots=True)
+class StepTimes:
+    """Where a route's milliseconds went: the wait each step put on the request's path (steps that run side by
+    side overlap, so they need not add up to `Route.route_ms`). Filled by `RoutingCore.route`; `admit_ms` and
+    `upstream_ttft_ms` by the servicer around it."""
+
+    admit_ms: float = 0.0
+    state_read_ms: float = 0.0
+    classify_ms: float = 0.0
+    judge_ms: float = 0.0
+    placement_ms: float = 0.0
+    upstream_ttft_ms: float = 0.0
+
+
 class InvalidHintError(ValueError):
     """The caller's replica hint is not a discovered base-group replica."""
 
@@ -139,6 +155,7 @@ class Route:
     """Where that prediction came from: engine (KV-cache events), approximate, or none."""
     approx_age_ms: int = 0
     """Approximate index: age of the deepest block it matched on the chosen replica."""
+    times: StepTimes = field(default_factory=StepTimes)
     _release: Any = field(default=None, repr=False)
     _commit: Any = field(default=None, repr=False)
 
@@ -213,7 +230,7 @@ class RoutingCore:
         self.tracker = LoadTracker(self.cache_store, router_id, heartbeat_s=settings.load_heartbeat_s,
                                    stale_s=settings.load_stale_s)
         self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
-                                        index=self.prefix_index)
+                                        index=self.prefix_index, spread_window_s=settings.spread_window_s)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
             settings.lifecycle, store,
@@ -264,12 +281,15 @@ class RoutingCore:
 
     # ------------------------------------------------------------ deciding
 
-    async def classify(self, chat: ChatRequest, session: str | None = None) -> Classified | None:
+    async def classify(self, chat: ChatRequest, session: str | None = None, *,
+                       gate: Awaitable[Any] | None = None) -> Classified | None:
         """The classifier's answer on the conversation; None when there is none or it fails.
 
         The fast path runs inline (well under a millisecond); when it is unsure and the classifier
         escalates to its embedding model (tens of milliseconds of CPU), that call runs in a worker
         thread, so the event loop keeps serving other requests and their store calls meanwhile.
+        `gate` (the caller's limit check) is awaited before escalating: an over-limit caller costs at most
+        the fast path.
         """
         c = self.classifier
         if c is None:
@@ -288,8 +308,18 @@ class RoutingCore:
                 fast = c.classify(messages=messages, tools=tools, escalate=False, **extra)  # type: ignore[call-arg]
                 if fast.confidence >= getattr(c, "threshold", 0.0):
                     return classified_from(fast)
-                return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools, **extra))
-            return classified_from(c.classify(messages=messages, tools=tools, **extra))
+            else:
+                return classified_from(c.classify(messages=messages, tools=tools, **extra))
+        except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
+            log.debug("not classifiable: %s", exc)
+            return None
+        except Exception:  # noqa: BLE001 - a classifier bug must not fail the request
+            log.exception("classifier failed; deciding without it")
+            return None
+        if gate is not None:  # its error (over the limit) is the caller's, not a classifier failure
+            await gate
+        try:
+            return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools, **extra))
         except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
             log.debug("not classifiable: %s", exc)
             return None
@@ -315,8 +345,10 @@ class RoutingCore:
             return ()
 
     async def read_session_and_states(self, req: RouteRequest) -> tuple[SessionView | None, dict[str, SpecialistState]]:
-        """The session (unless forced or none) and every specialist's version state, in one store round trip."""
-        if req.forced or not req.session_id:
+        """The session (when there is one) and every specialist's version state, in one store round trip. A forced
+        request reads its session too: the decision does not need it, but placement does (the session's replica
+        holds its history), and it rides on the states read at no extra round trip."""
+        if not req.session_id:
             return None, await self.versions.states()
         try:
             raws = await self.store.hgetall_many([session_key(req.owner, req.session_id), *self.versions.state_keys()])
@@ -324,21 +356,32 @@ class RoutingCore:
             return None, self.versions.last_states
         return decode_session(raws[0]), await self.versions.accept(raws[1:])
 
-    async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None
+    async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None,
+                     times: StepTimes | None = None, gate: Awaitable[Any] | None = None
                      ) -> tuple[Decision, SessionView | None]:
-        """Steps 1-4: the specialist, and the session it was read from (`prefetched`: already read)."""
+        """Steps 1-4: the specialist, and the session it was read from (`prefetched`: already read);
+        `times` gets the classifier's and the judge's milliseconds; `gate` (the caller's limit check) is
+        awaited before the judge is asked, so an over-limit caller costs no engine call."""
         if prefetched is not None:
             (session,) = prefetched
         else:
             session = None if req.forced else await self.read_session(req.owner, req.session_id)
         tool_loop = tool_loop_open(req.chat.messages)
         classified = None
+        t0 = time.perf_counter()
         if not req.forced and not (session is not None and tool_loop):
-            classified = await self.classify(req.chat, session.specialist if session is not None else None)
+            classified = await self.classify(req.chat, session.specialist if session is not None else None, gate=gate)
+        t1 = time.perf_counter()
         outcome = decide(forced=req.forced, session=session, classified=classified, tool_loop=tool_loop,
                          policy=self.decision_policy, new_turn_words=newest_user_words(req.chat.messages))
         if isinstance(outcome, Unsure):
+            if gate is not None:
+                await gate
             outcome = await self._judge(req.chat, outcome)
+            if times is not None:
+                times.judge_ms += (time.perf_counter() - t1) * 1000
+        if times is not None:
+            times.classify_ms += (t1 - t0) * 1000
         self.metrics.decisions.labels(outcome.reason, outcome.specialist).inc()
         self.metrics.confidence.labels(outcome.reason).observe(outcome.confidence)
         return outcome, session
@@ -473,24 +516,34 @@ class RoutingCore:
     async def route(self, req: RouteRequest, *, gate: Awaitable[Any] | None = None) -> Route:
         """Decides and places one request; the caller forwards it, then calls `Route.release()`.
 
-        `gate` (e.g. the caller's rate-limit check, already running) is awaited after the decision
-        and before anything is placed or recorded: its store round trip overlaps the decision's,
-        and if it raises, the request leaves no trace.
+        `gate` (an asyncio future, e.g. the caller's rate-limit check, already running) is awaited after
+        the classifier (before the judge, if it is asked) and before anything is placed or recorded: its
+        store round trip overlaps the decision's, and if it raises, the request leaves no trace.
         """
         t0 = time.perf_counter()
+        times = StepTimes()
         decided: tuple[Decision, SessionView | None] | None = None
-        guess = self._guess(req)
-        if guess is None and not req.forced and not req.session_id and not req.replica_hint:
-            # no session to read first: decide now, so the placement read goes with the states read
-            decided = await self.decide(req, prefetched=(None,))
-            guess = self._guess(req, decided[0].specialist)
-        reading = asyncio.ensure_future(self.read_session_and_states(req))  # one round trip, as the session alone
+        # the session and version states: one round trip, sent before anything else, so it overlaps the rest
+        reading = asyncio.ensure_future(self.read_session_and_states(req))
         early = None
         try:
-            # the placement request's rendering and hashing run while that read is in flight
-            early = self._read_ahead(req, guess) if guess is not None else None
+            guess = self._guess(req)
+            if guess is None and not req.forced and not req.session_id and not req.replica_hint:
+                # no session to wait for: decide while the states read is in flight, then read ahead. A few loop
+                # turns first, so its command (and the caller's limit check) is on the wire before the classifier
+                # holds the loop: the store's deadline wrapper runs each call in a task of its own, one turn later.
+                for _ in range(SEND_TURNS):
+                    await asyncio.sleep(0)
+                decided = await self.decide(req, prefetched=(None,), times=times, gate=gate)
+                guess = self._guess(req, decided[0].specialist)
+            if guess is not None:  # the placement request's rendering and hashing run while the read is in flight
+                ta = time.perf_counter()
+                early = self._read_ahead(req, guess)
+                times.placement_ms += (time.perf_counter() - ta) * 1000
+            tw = time.perf_counter()
             session, states = await reading
-            decision, session = decided or await self.decide(req, prefetched=(session,))
+            times.state_read_ms = (time.perf_counter() - tw) * 1000
+            decision, session = decided or await self.decide(req, prefetched=(session,), times=times, gate=gate)
             if gate is not None:
                 await gate
             state = states[decision.specialist]
@@ -510,7 +563,8 @@ class RoutingCore:
         self.metrics.read_ahead.labels("none" if guess is None else "hit" if early is None else "miss").inc()
         route = Route(decision, replica, placement, snapshot, session, (t1 - t0) * 1000, (t2 - t0) * 1000,
                       degraded=self.store.degraded, adapter=state.adapter, version=choice.version,
-                      version_reason=choice.reason, canary=choice.canary)
+                      version_reason=choice.reason, canary=choice.canary, times=times)
+        times.placement_ms += (t2 - t1) * 1000
         m = self.metrics
         m.decision_seconds.observe(t1 - t0)
         m.route_seconds.observe(t2 - t0)
@@ -533,6 +587,8 @@ class RoutingCore:
                                   else "approximate" if replica in snapshot.predicted_tokens else "none")
             route.approx_age_ms = snapshot.approx_age_ms.get(replica, 0)
         self.tracker.begin(replica)
+        if self.policy == "prefix_affinity" and req.session_id and preq.session_replica != replica:
+            self._spawn(self.snapshots.placed_session(replica))  # a session starts (or moves) here: spread counts it
 
         def release() -> None:
             self.tracker.end(replica)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import Any, Coroutine
 
 from macaron.cli_args import add_model_args, explicit_values
 
@@ -48,5 +49,20 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     from macaron.router.server import serve
 
-    asyncio.run(serve(settings))
+    run_loop(serve(settings), settings.router.event_loop)
     return 0
+
+
+def run_loop(main: Coroutine[Any, Any, None], kind: str) -> None:
+    """Runs the router's coroutine on uvloop (auto: where installed) or asyncio."""
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                main.close()
+                raise SystemExit("macaron router: router.event_loop is uvloop, but uvloop is not installed") from None
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)

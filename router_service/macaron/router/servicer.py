@@ -49,6 +49,8 @@ REASONS = {
     "fallback": pb.ROUTE_REASON_DEFAULT,
 }
 RETRY_AFTER_MS_KEY = "retry-after-ms"
+UPSTREAM_TTFT_KEY = "x-macaron-upstream-ttft-ms"
+"""Trailer: the specialist's time to first token as this router saw it (the router's own share is the rest)."""
 
 
 @dataclass
@@ -148,6 +150,28 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         await self._check_limit(principal)
         return principal
 
+    async def _limits(self, principal: Principal) -> tuple[Lease, float]:
+        """The request limit, then the concurrency slot and token budget: the store round trips that run
+        side by side with the routing decision (`RoutingCore.route`'s gate). Returns the lease and the
+        milliseconds they took."""
+        t = time.perf_counter()
+        await self._check_limit(principal)
+        lease = await self._acquire(principal)
+        return lease, (time.perf_counter() - t) * 1000
+
+    def _drop_lease(self, admitted: "asyncio.Future[tuple[Lease, float]]") -> None:
+        """A request that ended before using its lease (a bad hint, a failed route) gives it back, even when
+        the limit check is still in flight."""
+
+        def done(future: "asyncio.Future[tuple[Lease, float]]") -> None:
+            if not future.cancelled() and future.exception() is None:
+                self._release(future.result()[0], 0)
+
+        if admitted.done():
+            done(admitted)
+        else:
+            admitted.add_done_callback(done)
+
     def _route_request(self, request: pb.GenerateRequest, principal: Principal, request_id: str) -> RouteRequest:
         try:
             chat = request_from_proto(request, max_messages=self.max_messages, max_tools=self.max_tools)
@@ -208,14 +232,20 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         lease = NO_LEASE
         tokens = 0
         try:
-            # Limits first: an over-limit caller costs no validation, classifier or judge (engine) call.
-            principal = await self._admit(metadata)
-            lease = await self._acquire(principal)
+            principal = self._authenticate(metadata)
             req = self._route_request(request, principal, request_id)
+            # The limits' store round trips run beside the decision (its session read, the classifier), not
+            # before it; the route awaits them before the judge (an engine call) and before anything is placed
+            # or recorded, so an over-limit caller costs at most the classifier and leaves no trace.
+            admitted = asyncio.ensure_future(self._limits(principal))
             try:
-                route = await self.core.route(req)
+                route = await self.core.route(req, gate=admitted)
             except InvalidHintError as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            finally:
+                if route is None:
+                    self._drop_lease(admitted)
+            lease, route.times.admit_ms = admitted.result()
             d = route.decision
             version_label = route.version or "unversioned"
             span.set_attribute("specialist", d.specialist)
@@ -233,16 +263,22 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             forward.route.CopyFrom(decision_to_proto(d, adapter=route.adapter, version=route.version))
             forward.route.route_ms = route.route_ms  # the specialist passes it on: callers see what routing cost
             forward.route.predicted_cached_tokens = route.predicted_cached_tokens
+            t = route.times
+            forward.route.timing.CopyFrom(pb.RouteTiming(admit_ms=t.admit_ms, state_read_ms=t.state_read_ms,
+                                                         classify_ms=t.classify_ms, judge_ms=t.judge_ms,
+                                                         placement_ms=t.placement_ms))
             forward.engine_replica_hint = route.replica or ""
             remaining = context.time_remaining()
             timeout = self.default_timeout_s if remaining is None else remaining
             with trace.use_span(span, end_on_exit=False):  # the specialist's span becomes this one's child
                 outgoing = telemetry.inject({})
             first, served = True, None
+            forwarded = time.perf_counter()
             async for chunk in self.forwarder.stream(d.specialist, forward, timeout_s=timeout,
                                                      metadata=list(outgoing.items())):
                 if timing.first_token is None and (chunk.text or chunk.tool_calls):
                     timing.first_token = time.perf_counter()
+                    route.times.upstream_ttft_ms = (timing.first_token - forwarded) * 1000
                 if chunk.HasField("usage"):
                     timing.usage = chunk.usage
                 yield chunk
@@ -268,6 +304,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             span.end()
         if abort is None:
             self._count("Generate", grpc.StatusCode.OK)
+            if route is not None and timing.first_token is not None:
+                context.set_trailing_metadata(((UPSTREAM_TTFT_KEY, f"{route.times.upstream_ttft_ms:.3f}"),))
             return
         self._count("Generate", abort.code)
         log.info("request %s: %s %s", request_id, abort.code.name, abort.details)

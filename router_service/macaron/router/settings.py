@@ -64,6 +64,15 @@ class PlacementWeights(BaseModel):
         description="Weight of the session's previous replica (1 for it, 0 for others); above the load weight, "
         "so a conversation stays with its cache unless the balance guard finds that replica overloaded.",
     )
+    spread: float = Field(
+        4.0,
+        description="Weight of session spread for requests that start a session (or have none): 1 for the replica "
+        "with the fewest sessions placed in the last router.spread_window_s, 0 for the most, so the replicas' "
+        "KV caches hold about as many conversations each. Above prefix + home for a shared head that is less than "
+        "about 80 % of the prompt: a new session goes to the replica holding its system prompt only when that "
+        "replica is not the crowded one (the head is then prefilled once per replica, the histories that follow "
+        "are not evicted). A continuing session's turns score 1 everywhere (session and prefix decide).",
+    )
 
 
 class RouterSettings(BaseModel):
@@ -91,6 +100,12 @@ class RouterSettings(BaseModel):
         default_factory=AdmissionSettings, description="Admission control: Generate calls in flight at once on this "
         "replica (the gateway's included); the excess gets RESOURCE_EXHAUSTED with RetryInfo at once, before auth or "
         "routing."
+    )
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto",
+        description="The `macaron router` process's event loop: uvloop (libuv; each store round trip and stream "
+        "chunk costs the loop less, which is most of what the router adds to a request), asyncio, or auto "
+        "(uvloop where it is installed, else asyncio).",
     )
     router_id: str | None = Field(
         None, description="This replica's name in shared load counters; empty: host name, pid and a random suffix."
@@ -154,6 +169,12 @@ class RouterSettings(BaseModel):
         default_factory=KVIndexSettings,
         description="The KV-cache index: the engines' own events of what their prefix caches hold, shared in the "
         "placement store.",
+    )
+    spread_window_s: float = Field(
+        60.0,
+        description="Session spread counts the sessions placed on each replica in this window and the one before "
+        "(60 to 120 s back): sessions that started recently, whose next turns will want their histories; older ones "
+        "are left to the load scorer, since a count of placements cannot tell a live session from an ended one.",
     )
     balance_abs_threshold: int = Field(
         8,

@@ -196,7 +196,7 @@ class SamplingParams(_message.Message):
     def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., min_new_tokens: _Optional[int] = ...) -> None: ...
 
 class RouteDecision(_message.Message):
-    __slots__ = ("specialist", "adapter", "adapter_version", "reason", "confidence", "replica", "detail", "route_ms", "predicted_cached_tokens")
+    __slots__ = ("specialist", "adapter", "adapter_version", "reason", "confidence", "replica", "detail", "route_ms", "predicted_cached_tokens", "timing")
     SPECIALIST_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +206,7 @@ class RouteDecision(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ROUTE_MS_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
     specialist: SpecialistKind
     adapter: str
     adapter_version: str
@@ -215,7 +216,22 @@ class RouteDecision(_message.Message):
     detail: str
     route_ms: float
     predicted_cached_tokens: int
-    def __init__(self, specialist: _Optional[_Union[SpecialistKind, str]] = ..., adapter: _Optional[str] = ..., adapter_version: _Optional[str] = ..., reason: _Optional[_Union[RouteReason, str]] = ..., confidence: _Optional[float] = ..., replica: _Optional[str] = ..., detail: _Optional[str] = ..., route_ms: _Optional[float] = ..., predicted_cached_tokens: _Optional[int] = ...) -> None: ...
+    timing: RouteTiming
+    def __init__(self, specialist: _Optional[_Union[SpecialistKind, str]] = ..., adapter: _Optional[str] = ..., adapter_version: _Optional[str] = ..., reason: _Optional[_Union[RouteReason, str]] = ..., confidence: _Optional[float] = ..., replica: _Optional[str] = ..., detail: _Optional[str] = ..., route_ms: _Optional[float] = ..., predicted_cached_tokens: _Optional[int] = ..., timing: _Optional[_Union[RouteTiming, _Mapping]] = ...) -> None: ...
+
+class RouteTiming(_message.Message):
+    __slots__ = ("admit_ms", "state_read_ms", "classify_ms", "judge_ms", "placement_ms")
+    ADMIT_MS_FIELD_NUMBER: _ClassVar[int]
+    STATE_READ_MS_FIELD_NUMBER: _ClassVar[int]
+    CLASSIFY_MS_FIELD_NUMBER: _ClassVar[int]
+    JUDGE_MS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_MS_FIELD_NUMBER: _ClassVar[int]
+    admit_ms: float
+    state_read_ms: float
+    classify_ms: float
+    judge_ms: float
+    placement_ms: float
+    def __init__(self, admit_ms: _Optional[float] = ..., state_read_ms: _Optional[float] = ..., classify_ms: _Optional[float] = ..., judge_ms: _Optional[float] = ..., placement_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "session_id", "messages", "tools", "tool_choice", "response_format", "sampling", "specialist", "engine_replica_hint", "metadata", "route", "logprobs", "top_logprobs", "parallel_tool_calls", "prompt")

@@ -21,6 +21,14 @@ class KVIndexSettings(BaseModel):
         "host); empty: read from the replica's /get_server_info (`kv_events_endpoint`, else the endpoint of its "
         "`kv_events_config`, a wildcard host replaced by the replica's).",
     )
+    replay_endpoint: str = Field(
+        "",
+        description="A replica's replay socket (SGLang's `replay_endpoint`, a ZeroMQ ROUTER) as a template, e.g. "
+        "`tcp://{host}:5558`; empty: read from the replica's /get_server_info (`kv_events_replay_endpoint`, else the "
+        "`replay_endpoint` of its `kv_events_config`). When the sequence skips, the missed batches are asked for "
+        "there and applied in order; without one, or when they are no longer buffered, what the index knew of that "
+        "replica is dropped (a new epoch).",
+    )
     topic: str = Field("", description="Topic to subscribe to (the publishers' `topic`).")
     block_size: int = Field(
         16,

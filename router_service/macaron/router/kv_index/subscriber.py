@@ -27,6 +27,18 @@ from macaron.store import StoreUnavailableError
 log = logging.getLogger(__name__)
 
 
+def _events_config(info: dict[str, Any]) -> dict[str, Any] | None:
+    """The replica's `kv_events_config` (SGLang's server args keep the JSON text), when it publishes over ZeroMQ."""
+    raw = info.get("kv_events_config")
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    except (ValueError, TypeError):
+        return None
+    return config if config.get("publisher", "null") == "zmq" else None
+
+
 def publisher_of(replica: str, info: dict[str, Any], template: str = "") -> str | None:
     """The ZeroMQ address of `replica`'s publisher, or None when it publishes nothing."""
     host = urlsplit(replica).hostname or "127.0.0.1"
@@ -34,17 +46,52 @@ def publisher_of(replica: str, info: dict[str, Any], template: str = "") -> str 
         return template.format(host=host)
     endpoint = info.get("kv_events_endpoint")
     if not endpoint:
-        raw = info.get("kv_events_config")
-        if not raw:
-            return None
-        try:
-            config = json.loads(raw) if isinstance(raw, str) else dict(raw)
-        except (ValueError, TypeError):
-            return None
-        if config.get("publisher", "null") != "zmq":
+        config = _events_config(info)
+        if config is None:
             return None
         endpoint = config.get("endpoint") or "tcp://*:5557"
-    scheme, sep, rest = str(endpoint).partition("://")
+    return _reachable(str(endpoint), host)
+
+
+def replay_of(replica: str, info: dict[str, Any], template: str = "") -> str | None:
+    """The ZeroMQ address of `replica`'s replay socket, or None when it has none."""
+    host = urlsplit(replica).hostname or "127.0.0.1"
+    if template:
+        return template.format(host=host)
+    endpoint = info.get("kv_events_replay_endpoint")
+    if not endpoint:
+        config = _events_config(info)
+        endpoint = config.get("replay_endpoint") if config is not None else None
+    return _reachable(str(endpoint), host) if endpoint else None
+
+
+async def fetch_replay(ctx: zmq.asyncio.Context, endpoint: str, start: int, timeout_s: float
+                       ) -> list[tuple[int, bytes]]:
+    """The publisher's buffered batches from sequence `start` on, as SGLang's replay socket sends them: a DEALER
+    asks with `[b"", start]` (8 bytes, big-endian) and reads `[b"", seq, payload]` until seq is -1. Raises
+    TimeoutError when the replay does not end within `timeout_s`."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        out: list[tuple[int, bytes]] = []
+        async with asyncio.timeout(timeout_s):
+            await sock.send_multipart((b"", start.to_bytes(8, "big")))
+            while True:
+                frames = await sock.recv_multipart()
+                if len(frames) != 3:
+                    continue
+                seq = int.from_bytes(frames[1], "big", signed=True)
+                if seq < 0:
+                    return out
+                out.append((seq, frames[2]))
+    finally:
+        sock.close(linger=0)
+
+
+def _reachable(endpoint: str, host: str) -> str:
+    """A bound wildcard address made reachable: its host replaced by the replica's."""
+    scheme, sep, rest = endpoint.partition("://")
     if scheme != "tcp" or not sep:
         return str(endpoint)  # ipc:// and inproc:// are only reachable on the same host; taken as they are
     addr, _, port = rest.rpartition(":")
@@ -69,6 +116,10 @@ class KVEventFollower:
         self.readers: dict[str, tuple[zmq.asyncio.Socket, asyncio.Task[None]]] = {}
         self.plain: set[str] = set()
         self._followed: dict[str, tuple[str, float | None]] = {}
+        self.replays: dict[str, str] = {}
+        """Each followed replica's replay socket, where it has one."""
+        self.replayed = 0
+        """Batches recovered from replay sockets (gaps closed without a new epoch)."""
         self.decode_errors = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -123,6 +174,11 @@ class KVEventFollower:
                     continue
             self._follow(replica, endpoint)
             self._followed[replica] = (endpoint, start)
+            replay = replay_of(replica, info, self.settings.replay_endpoint)
+            if replay is not None:
+                self.replays[replica] = replay
+            else:
+                self.replays.pop(replica, None)
 
     async def _info(self, replica: str) -> dict[str, Any] | None:
         try:
@@ -147,18 +203,52 @@ class KVEventFollower:
                 self.decode_errors += 1
                 continue
             _, seq, payload = frames
+            await self.handle(replica, int.from_bytes(seq, "big"), payload)
+
+    async def handle(self, replica: str, seq: int, payload: bytes) -> None:
+        """One batch from `replica`'s publisher; a skipped sequence is first filled from its replay socket."""
+        try:
+            batch = decode_batch(payload)
+        except WireError as exc:
+            self.decode_errors += 1
+            log.warning("KV events of %s: %s", replica, exc)
+            return
+        try:
+            state = self.writer.replicas.get(replica)
+            if state is not None and not state.stale and 0 <= state.last_seq < seq - 1:
+                await self._fill_gap(replica, state.last_seq + 1, seq)
+            await self.writer.apply(replica, seq, batch)
+        except StoreUnavailableError:
+            pass  # the writer starts a new epoch with the next batch
+        except Exception:  # noqa: BLE001 - one bad batch never stops the reader
+            log.exception("indexing the KV events of %s failed", replica)
+
+    async def _fill_gap(self, replica: str, first: int, upto: int) -> None:
+        """Applies batches first..upto-1 from the replay socket, when it still holds all of them; otherwise
+        applies none (the writer then sees the gap and starts a new epoch for the replica)."""
+        endpoint = self.replays.get(replica)
+        if endpoint is None:
+            return
+        try:
+            replayed = await fetch_replay(self._ctx, endpoint, first, self.settings.timeout_s)
+        except (TimeoutError, zmq.ZMQError) as exc:
+            log.info("KV events of %s: no replay of %d..%d (%s)", replica, first, upto - 1, exc)
+            return
+        wanted = [(s, p) for s, p in replayed if first <= s < upto]
+        if [s for s, _ in wanted] != list(range(first, upto)):
+            log.info("KV events of %s: the replay no longer holds %d..%d", replica, first, upto - 1)
+            return
+        batches = []
+        for _, payload in wanted:
             try:
-                batch = decode_batch(payload)
-            except WireError as exc:
+                batches.append(decode_batch(payload))
+            except WireError:
                 self.decode_errors += 1
-                log.warning("KV events of %s: %s", replica, exc)
-                continue
-            try:
-                await self.writer.apply(replica, int.from_bytes(seq, "big"), batch)
-            except StoreUnavailableError:
-                pass  # the writer starts a new epoch with the next batch
-            except Exception:  # noqa: BLE001 - one bad batch never stops the reader
-                log.exception("indexing the KV events of %s failed", replica)
+                return
+        for s, batch in zip(range(first, upto), batches):
+            await self.writer.apply(replica, s, batch)
+        self.replayed += len(batches)
+        log.info("KV events of %s: %d missed batches replayed", replica, len(batches))
 
     def _stop_reader(self, replica: str) -> None:
         self._followed.pop(replica, None)

@@ -5,7 +5,7 @@
 
 - `round_robin`: healthy filter, no scorer, round-robin picker.
 - `least_load`: healthy filter, load scorer, max-score picker.
-- `prefix_affinity`: healthy filter, prefix + prefix_home + load + session + adapter scorers
+- `prefix_affinity`: healthy filter, prefix + prefix_home + load + session + spread + adapter scorers
   (RouterSettings.weights), max-score picker, balance guard (RouterSettings.balance_*).
 """
 
@@ -16,7 +16,14 @@ from typing import Any, Callable
 from macaron.router.placement.filters import HealthyFilter
 from macaron.router.placement.pickers import BalanceGuard, MaxScorePicker, RoundRobinPicker
 from macaron.router.placement.profile import PlacementProfile, WeightedScorer
-from macaron.router.placement.scorers import AdapterScorer, LoadScorer, PrefixHomeScorer, PrefixScorer, SessionScorer
+from macaron.router.placement.scorers import (
+    AdapterScorer,
+    LoadScorer,
+    PrefixHomeScorer,
+    PrefixScorer,
+    SessionScorer,
+    SessionSpreadScorer,
+)
 from macaron.router.settings import RouterSettings
 
 PLUGINS: dict[str, Callable[[], Any]] = {}
@@ -40,6 +47,7 @@ for _name, _factory in {
     "prefix_home": PrefixHomeScorer,
     "load": LoadScorer,
     "session": SessionScorer,
+    "spread": SessionSpreadScorer,
     "adapter": AdapterScorer,
     "max_score": MaxScorePicker,
     "round_robin": RoundRobinPicker,
@@ -57,7 +65,7 @@ def build_profile(policy: str, settings: RouterSettings) -> PlacementProfile:
         w = settings.weights
         scorers = [WeightedScorer(plugin(name), weight)
                    for name, weight in (("prefix", w.prefix), ("prefix_home", w.home), ("load", w.load),
-                                        ("session", w.session), ("adapter", w.adapter)) if weight > 0]
+                                        ("session", w.session), ("spread", w.spread), ("adapter", w.adapter)) if weight > 0]
         guard = BalanceGuard(settings.balance_abs_threshold, settings.balance_rel_threshold)
         return PlacementProfile(policy, [plugin("healthy")], scorers, plugin("max_score"), guard)
     raise ValueError(f"unknown placement policy {policy!r}; choose round_robin, least_load or prefix_affinity")

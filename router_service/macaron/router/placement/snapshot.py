@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Mapping
+from typing import Awaitable, Mapping
 
 from macaron.router.kv_index.index import EPOCH_KEY, matched_depths
 from macaron.router.kv_index.keys import KEY_PREFIX as KV_PREFIX
@@ -24,6 +24,14 @@ from macaron.store import Store, StoreUnavailableError
 log = logging.getLogger(__name__)
 LOAD_KEY = "load"
 HEARTBEAT_FIELD = "@"
+SPREAD_KEY = "spread"
+"""`spread:<window number>`: a hash of replica → sessions placed there in that window (the spread scorer's)."""
+
+
+def spread_keys(now: int, window_s: float) -> tuple[str, str]:
+    """The current window's key and the previous one's (ms clock)."""
+    n = int(now // max(1, int(window_s * 1000)))
+    return f"{SPREAD_KEY}:{n}", f"{SPREAD_KEY}:{n - 1}"
 
 
 def _stamp(value: bytes | None) -> int:
@@ -125,8 +133,11 @@ class SnapshotReader:
     """Reads load and the request's blocks in one round trip; degrades to this router's own view."""
 
     def __init__(self, store: Store, tracker: LoadTracker, *, prefix_ttl_s: float,
-                 index: PrefixIndex | None = None) -> None:
+                 index: PrefixIndex | None = None, spread_window_s: float = 300.0) -> None:
         self.store = store
+        self.spread_window_s = spread_window_s
+        self.spread_local: Counter[str] = Counter()
+        """Sessions this router placed whose count is not in the store yet (added to what the store says)."""
         self.tracker = tracker
         self.prefix_ttl_s = prefix_ttl_s
         self.index = index
@@ -167,11 +178,12 @@ class SnapshotReader:
     async def read(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot:
         """Load, the KV-cache index's epochs and blocks, and the approximate index's blocks: one round trip."""
         hashes, kv = request.block_hashes, request.kv_keys
-        head = ([LOAD_KEY] if with_load else []) + ([EPOCH_KEY] if kv else [])
+        now = now_ms()
+        spread = list(spread_keys(now, self.spread_window_s)) if with_load else []
+        head = ([LOAD_KEY] if with_load else []) + spread + ([EPOCH_KEY] if kv else [])
         keys = head + block_keys(hashes) + [KV_PREFIX + k for k in kv]
         if not keys:
             return Snapshot(down=self.down())
-        now = now_ms()
         try:
             rows = await self.store.hgetall_many(keys)
         except StoreUnavailableError:
@@ -180,8 +192,12 @@ class SnapshotReader:
             approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
             share, predicted = self._estimates(request, approx, {})
             return Snapshot(load=local, prefix=approx, total_blocks=len(hashes), down=self.down(), degraded=True,
-                            prefix_share=share, predicted_tokens=predicted)
+                            prefix_share=share, predicted_tokens=predicted, sessions=dict(self.spread_local))
         load = self.tracker.merge(rows[0], now) if with_load else {}
+        sessions: Counter[str] = Counter(self.spread_local)
+        for row in rows[1:1 + len(spread)]:
+            for replica, value in row.items():
+                sessions[replica] += _stamp(value)
         epochs = rows[len(head) - 1] if kv else {}
         stored = tuple(rows[len(head): len(head) + len(hashes)])
         kv_rows = rows[len(head) + len(hashes):]
@@ -200,7 +216,23 @@ class SnapshotReader:
             prefix_share=share,
             predicted_tokens=predicted,
             approx_age_ms=ages,
+            sessions=dict(sessions),
         )
+
+    def placed_session(self, replica: str) -> Awaitable[None]:
+        """A session was placed on `replica` (its first turn, or it moved): counted in the current window, here
+        at once (the next read sees it before the store does); the returned write counts it in the store."""
+        self.spread_local[replica] += 1
+        return self._count_session(replica)
+
+    async def _count_session(self, replica: str) -> None:
+        try:
+            key, _ = spread_keys(now_ms(), self.spread_window_s)
+            await self.store.hincrby(key, replica, 1, self.spread_window_s * 2 + 60)
+        finally:
+            self.spread_local[replica] -= 1
+            if self.spread_local[replica] <= 0:
+                del self.spread_local[replica]
 
     @staticmethod
     def _estimates(request: PlacementRequest, approx: Mapping[str, int], precise: Mapping[str, int]

@@ -67,6 +67,8 @@ class Snapshot:
     """Approximate index: age of the deepest block matched on each replica (for the capacity model's feedback)."""
     adapter_loaded: Mapping[str, bool | None] = field(default_factory=dict)
     """Whether each replica's engine lists the request's adapter version (None: could not be read)."""
+    sessions: Mapping[str, int] = field(default_factory=dict)
+    """Sessions placed on each replica in the recent window, by every router replica (the spread scorer's)."""
 
 
 class Filter(Protocol):
