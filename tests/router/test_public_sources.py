@@ -52,7 +52,8 @@ def _repositories(root: Path) -> Path:
         {"idx": "cosqa-dev-1", "doc": "python  remove first n item", "code": "del x[:n]"}]), encoding="utf-8")
     for project, lines in (("calculator", ["Add a sqrt button with text '√' to the right of the clear button.",
                                            "Add a square button to the right of the sqrt button.",
-                                           "Change default theme to dark."]),
+                                           "Change default theme to dark.",
+                                           "JS class Question constructor params are: title (string), name (string)."]),
                            ("esmodule", ["Named function 'log' appends a log item to the page body element.",
                                          "Export the log function as the default export of log.js."])):
         folder = root / "bytedance" / "web-bench" / "projects" / project
@@ -78,6 +79,7 @@ def test_readers_labels_and_filters(tmp_path: Path) -> None:
     assert "Extract" not in found  # too short to be a request
     assert [t for t in found if "remove first n item" in t] == ["python remove first n item"]  # deduplicated
     assert found["Change default theme to dark."]["label"] == "ui"
+    assert not any(t.startswith("JS class Question") for t in found)  # a class definition: `code` as much as `ui`
     assert found["Export the log function as the default export of log.js."]["split"] == "dev"  # a dev project
     assert found["Change default theme to dark."]["split"] == "train"
 
@@ -87,6 +89,7 @@ def test_conversations_are_real_follow_ups(tmp_path: Path) -> None:
     sgd = next(c for c in convs if c["source"].startswith("google-research-datasets/"))
     assert [m["role"] for m in sgd["conversation"]] == ["user", "assistant", "user", "assistant", "user"]
     assert sgd["conversation"][-1]["content"] == "Can you give me the address?" and sgd["label"] == "agent"
+    assert sgd["tools"] is True  # SGD's services are schema-described APIs
     web = [c for c in convs if c["source"].startswith("bytedance/web-bench")]
     assert {(c["label"], c["split"]) for c in web} == {("ui", "train"), ("code", "dev")}
 

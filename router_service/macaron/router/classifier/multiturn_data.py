@@ -56,7 +56,9 @@ WRITTEN_FOLLOWUPS = (
     "drop the last item", "thx, anything else I should know?", "and in the other order?", "that helped, now the rest",
     "can you make the second half clearer", "which of those is best?", "let's stick with the first one",
 )
-TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive")
+# Sources whose requests a client serves through declared functions (SGD's services are schema-described APIs).
+TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive",
+                "google-research-datasets/dstc8-schema-guided-dialogue")
 # A `switch` or `continue` turn is a full request: "Hello" or "what is money" after a code conversation
 # names no domain of its own strongly enough to leave it, so such turns are not taught as switches.
 MIN_REQUEST_WORDS = 4

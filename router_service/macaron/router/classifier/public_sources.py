@@ -200,13 +200,23 @@ def _webbench_tasks(root: Path, project: str) -> tuple[str, list[str]]:
     return f"projects/{project}", []
 
 
+# A task of a page project that defines classes, modules or functions reads as `code` as much as `ui`.
+_WEBBENCH_PROGRAM = re.compile(r"\b(constructor|inherits|export|import|getter|setter|method|params?)\b|^(JS )?class\b",
+                               re.I)
+
+
+def _webbench_ui_task(text: str) -> bool:
+    return not _WEBBENCH_PROGRAM.search(text)
+
+
 def webbench(root: Path) -> Iterator[Row]:
     """Each task of a front-end project: build or change a page (`ui`), or its tooling (`code`)."""
     for project in WEBBENCH_UI + WEBBENCH_CODE:
         label = "ui" if project in WEBBENCH_UI else "code"
         path, texts = _webbench_tasks(root, project)
         for text in texts:
-            yield Row(text, label, path, project)
+            if label == "code" or _webbench_ui_task(text):
+                yield Row(text, label, path, project)
 
 
 def webbench_conversations(root: Path, window: int = 3) -> Iterator[Conversation]:
@@ -229,13 +239,14 @@ class Source:
     cap: int  # lines sampled (fixed seed) from what the reader yields
     conversations: Any = None
     conversation_cap: int = 0
+    tools: bool = False  # its conversations are served through declared functions (SGD's schema-described APIs)
 
 
 SOURCES: tuple[Source, ...] = (
     Source("arkilpatel/SVAMP", "689d7ccac74b9983a2ac7cc3b264f441b99e7c53", "MIT", svamp, 600),
     Source("chaochun/nlu-asdiv-dataset", "883f90a9a65bf00304ba8f37423910fe743abc47", "CC BY-NC 4.0", asdiv, 600),
     Source("google-research-datasets/dstc8-schema-guided-dialogue", "e852981ae34990f4358979625854259302feaa78",
-           "CC BY-SA 4.0", sgd, 700, sgd_conversations, 150),
+           "CC BY-SA 4.0", sgd, 700, sgd_conversations, 150, tools=True),
     Source("xliuhw/NLU-Evaluation-Data", "f6071b496b17d71e6eb43f543af0707f4ff30557", "CC BY 4.0", hwu, 900),
     Source("tldr-pages/tldr", "08e345f42639f67d99282813247ac670dc6e87cb", "CC BY 4.0", tldr, 700),
     Source("microsoft/CodeXGLUE", "ac74a62802a0dd159b3258c78a2df8ad36cdf2b9",
@@ -285,8 +296,11 @@ def conversations(root: Path, sources: tuple[Source, ...] = SOURCES) -> list[dic
         if len(items) > source.conversation_cap:
             items = rng.sample(items, source.conversation_cap)
         for c in items:
-            found.append({"conversation": c.turns, "label": c.label, "split": _unit_split(source, c.unit),
-                          "source": f"{source.repository}:{c.path}", "license": source.license})
+            line = {"conversation": c.turns, "label": c.label, "split": _unit_split(source, c.unit),
+                    "source": f"{source.repository}:{c.path}", "license": source.license}
+            if source.tools:
+                line["tools"] = True
+            found.append(line)
     return found
 
 
