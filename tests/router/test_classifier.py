@@ -128,11 +128,16 @@ def test_content_parts_and_system_prompt(fast_classifier) -> None:
 def test_declared_tools_are_learned_evidence_not_a_verdict(fast_classifier) -> None:
     """Tools make agent likelier for an ambiguous request, but a clear code request stays code."""
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-    text = "What's the weather like in Paris right now?"
-    plain = fast_classifier.classify(messages=[{"role": "user", "content": text}])
-    with_tools = fast_classifier.classify(messages=[{"role": "user", "content": text}], tools=tools)
-    assert with_tools.probabilities["agent"] >= plain.probabilities["agent"]
+    text = "Can you look that up for me?"
+    # Compared on one path: declared tools send even a lone turn through the conversation decision,
+    # whose calibration differs from the single-turn one by about 0.02 near certainty (measured).
+    greeting = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "Hello! How can I help?"}]
+    plain = fast_classifier.classify(messages=greeting + [{"role": "user", "content": text}])
+    with_tools = fast_classifier.classify(messages=greeting + [{"role": "user", "content": text}], tools=tools)
+    assert with_tools.probabilities["agent"] > plain.probabilities["agent"]
     assert with_tools.specialist == "agent"
+    weather = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+    assert fast_classifier.classify(messages=weather, tools=tools).specialist == "agent"
     code = "Write a Python function that merges two sorted lists into one sorted list."
     assert fast_classifier.classify(messages=[{"role": "user", "content": code}], tools=tools).specialist == "code"
 

@@ -5,7 +5,8 @@ A line is `{"messages", "label", "session", "kind", "source", "license"[, "tools
 the one that should serve the new turn. Kinds:
 
 - `stay`: the new turn is a follow-up that carries no domain of its own ("make it shorter",
-  MT-Bench's second turns, BFCL's later turns): label = the conversation's specialist;
+  MT-Bench's second turns, BFCL's and SGD's later turns, Web-Bench's next task): label = the
+  conversation's specialist; at most 2 later turns of each public conversation;
 - `continue`: the new turn is a full request of the same domain: label = the same specialist;
 - `switch`: the new turn is a full request (4 words or more) of another domain: label = that domain;
 - `tool_loop`: the new turn carries results of tools the assistant called: label = the session's
@@ -55,7 +56,9 @@ WRITTEN_FOLLOWUPS = (
     "drop the last item", "thx, anything else I should know?", "and in the other order?", "that helped, now the rest",
     "can you make the second half clearer", "which of those is best?", "let's stick with the first one",
 )
-TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive")
+# Sources whose requests a client serves through declared functions (SGD's services are schema-described APIs).
+TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive",
+                "google-research-datasets/dstc8-schema-guided-dialogue")
 # A `switch` or `continue` turn is a full request: "Hello" or "what is money" after a code conversation
 # names no domain of its own strongly enough to leave it, so such turns are not taught as switches.
 MIN_REQUEST_WORDS = 4
@@ -89,7 +92,7 @@ def _line(messages, label, session, kind, source, license_, tools=False) -> dict
 
 def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], written: Sequence[str],
           *, seed: int, n_switch: int, n_continue: int, n_stay: int, n_tool: int,
-          no_session_share: float = 0.2, tools_share: float = 0.3) -> list[dict[str, Any]]:
+          no_session_share: float = 0.2, tools_share: float = 0.3, max_followups: int = 2) -> list[dict[str, Any]]:
     """Conversations of the four kinds (see the module docstring), deterministic for one seed."""
     rng = random.Random(seed)
     rows = [e for e in examples if e.text]
@@ -131,10 +134,13 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
         tools = client_tools(*hist)
         messages = _history(hist) + [{"role": "user", "content": rng.choice(written)}]
         out.append(_line(messages, a, session_for(a), "stay", WRITTEN_SOURCE, "written for this project", tools))
-    for conv in conversations:  # real follow-ups: every later user turn of a public conversation
+    for conv in conversations:  # real follow-ups: later user turns of a public conversation
         turns = conv["conversation"]
         user_at = [i for i, m in enumerate(turns) if m["role"] == "user"]
-        for k in user_at[1:]:
+        later = user_at[1:]
+        if len(later) > max_followups:  # long dialogues would otherwise outweigh every other source
+            later = sorted(rng.sample(later, max_followups))
+        for k in later:
             messages = [_message(m) for m in turns[: k + 1]]
             out.append(_line(messages, conv["label"], session_for(conv["label"]), "stay", conv["source"],
                              conv["license"], bool(conv.get("tools"))))

@@ -1,0 +1,350 @@
+"""Routing data from public dataset repositories, added to train/dev.jsonl and conversations.jsonl.
+
+Why: a register that only one source represents breaks when that source is held out (grade-school
+math, terse code questions, voice-assistant requests). These repositories add a second or third
+source to each register, and real follow-up turns for the multi-turn data.
+
+    # check out each repository of SOURCES at its commit into ROOT/<owner>/<name>, then
+    python -m macaron.router.classifier.public_sources --root ROOT [--data-dir DIR]
+
+Each reader takes lines as the repository has them, lightly cleaned (markup around the request
+removed), and labels them by the specialist that should serve them (see routing_data/README.md);
+items whose specialist is unclear are left out. Every source is sampled with a fixed seed and
+split into train/dev by a unit that shares no text (a problem, a dialogue, a project), 10 % to
+dev; no split any repository calls "test" is read. Running it again replaces the lines of these
+repositories, so it is idempotent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import random
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from macaron.router.classifier.data import find_data_dir
+
+DEV_SHARE = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One request: its text, label, path inside the repository, and the unit that picks its split."""
+
+    text: str
+    label: str
+    path: str
+    unit: str
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """Real later user turns (with the assistant's real replies, where the source has them)."""
+
+    turns: list[dict[str, str]]
+    label: str
+    path: str
+    unit: str
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _split(repository: str, unit: str) -> str:
+    digest = hashlib.sha256(f"{repository}|{unit}".encode()).digest()
+    return "dev" if digest[0] / 256 < DEV_SHARE else "train"
+
+
+# --- math word problems (`chat`) -----------------------------------------------------------------
+
+def _problem(body: str, question: str) -> str:
+    body, question = _clean(body).replace("$ ", "$").rstrip(","), _clean(question).replace("$ ", "$")
+    if body and body[-1] not in ".!?":
+        # SVAMP bodies end in a clause that the question completes ("If he had $4 at the start")
+        return f"{body}, {question[:1].lower()}{question[1:]}"
+    return f"{body} {question}".strip()
+
+
+def svamp(root: Path) -> Iterator[Row]:
+    """SVAMP's 1000 one-step problems (body and question joined)."""
+    for item in json.loads((root / "SVAMP.json").read_text(encoding="utf-8")):
+        yield Row(_problem(item["Body"], item["Question"]), "chat", "SVAMP.json", item["ID"])
+
+
+def asdiv(root: Path) -> Iterator[Row]:
+    """ASDiv's 2305 problems of grades 1-6 (body and question joined)."""
+    tree = ET.parse(root / "dataset" / "ASDiv.xml")
+    for problem in tree.getroot().iter("Problem"):
+        text = _problem(problem.findtext("Body") or "", problem.findtext("Question") or "")
+        yield Row(text, "chat", "dataset/ASDiv.xml", problem.get("ID", text))
+
+
+# --- task-oriented dialogue (`agent`) ------------------------------------------------------------
+
+_GENERIC_OPENING = re.compile(r"^(hi|hello|hey)?\W*(can|could|would|will) you (please )?(help|assist)\b", re.I)
+
+
+def _sgd_dialogues(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted((root / "train").glob("dialogues_*.json")):
+        try:
+            dialogues = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue  # a file the checkout lacks in full is skipped, not half-read
+        for dialogue in dialogues:
+            yield f"train/{path.name}", dialogue
+
+
+def sgd(root: Path) -> Iterator[Row]:
+    """The opening user turn of each training dialogue: a request to a virtual assistant."""
+    for path, dialogue in _sgd_dialogues(root):
+        text = _clean(dialogue["turns"][0]["utterance"])
+        # "Can you help me?" openings carry no request; short ones rarely do
+        if len(text.split()) >= 5 and not (_GENERIC_OPENING.match(text) and len(text.split()) < 9):
+            yield Row(text, "agent", path, dialogue["dialogue_id"])
+
+
+def sgd_conversations(root: Path, max_user_turns: int = 4) -> Iterator[Conversation]:
+    """The first user turns of a dialogue with the system's replies: later turns are follow-ups."""
+    for path, dialogue in _sgd_dialogues(root):
+        turns: list[dict[str, str]] = []
+        users = 0
+        for turn in dialogue["turns"]:
+            role = "user" if turn["speaker"] == "USER" else "assistant"
+            users += role == "user"
+            if users > max_user_turns:
+                break
+            turns.append({"role": role, "content": _clean(turn["utterance"])})
+        if turns and turns[-1]["role"] == "assistant":
+            turns.pop()
+        yield Conversation(turns, "agent", path, dialogue["dialogue_id"])
+
+
+# HWU64 scenarios (and intents) by specialist; greetings, yes/no and "stop" are left out (no domain).
+HWU_CHAT = {"qa_factoid", "qa_definition", "qa_maths", "general_joke", "general_quirky", "cooking_recipe"}
+HWU_DROP = {"general_affirm", "general_commandstop", "general_confirm", "general_dontcare", "general_explain",
+            "general_negate", "general_praise", "general_repeat"}
+HWU_FOLDER = ("CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/CrossValidation/"
+              "KFold_1/trainset")
+
+
+def hwu(root: Path) -> Iterator[Row]:
+    """Home-assistant utterances (HWU64), the user's own wording; the fold's training part only."""
+    for path in sorted((root / HWU_FOLDER).glob("*.csv")):
+        intent = path.stem
+        if intent in HWU_DROP:
+            continue
+        label = "chat" if intent in HWU_CHAT else "agent"
+        reader = csv.DictReader(io.StringIO(path.read_text(encoding="utf-8")), delimiter=";")
+        for record in reader:
+            text = _clean(record.get("answer_from_user") or "")
+            if len(text.split()) >= 3:
+                yield Row(text, label, f"{HWU_FOLDER}/{path.name}", text.lower())
+
+
+# --- terse code requests (`code`) ----------------------------------------------------------------
+
+_TLDR_MARK = re.compile(r"\[([^\]]*)\]")
+
+
+def tldr(root: Path) -> Iterator[Row]:
+    """The task line above each example command of the common pages ("Create a gzipped archive")."""
+    for path in sorted((root / "pages" / "common").glob("*.md")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("- ") and line.rstrip().endswith(":"):
+                text = _TLDR_MARK.sub(r"\1", line[2:].rstrip().rstrip(":")).replace("`", "")
+                text = _clean(text.replace("{{", "").replace("}}", ""))
+                if 4 <= len(text.split()) <= 20:
+                    yield Row(text, "code", f"pages/common/{path.name}", path.stem)
+
+
+def cosqa(root: Path) -> Iterator[Row]:
+    """CoSQA's real web-search queries about Python code ("python check relation is symmetric")."""
+    path = "Text-Code/NL-code-search-WebQuery/CoSQA/cosqa-dev.json"
+    for item in json.loads((root / path).read_text(encoding="utf-8")):
+        text = _clean(item["doc"])
+        if len(text.split()) >= 3:
+            yield Row(text, "code", path, text.lower())
+
+
+# --- web front-end tasks (`ui`, and `code` for build/server/3D projects) -------------------------
+
+# One project of each family (the others repeat its tasks for another framework); the shop families
+# (expressjs, prisma and their siblings) mix pages with server code and are left out.
+WEBBENCH_UI = ("react", "styled-components", "survey", "calculator", "flex", "grid", "dom", "draw", "table",
+               "color", "svg", "bom")
+WEBBENCH_CODE = ("esmodule", "threejs", "vite", "typescript")
+WEBBENCH_DEV = ("table", "esmodule")  # whole projects go to dev, so their task sequences stay apart
+
+
+def _webbench_tasks(root: Path, project: str) -> tuple[str, list[str]]:
+    import yaml
+
+    folder = root / "projects" / project
+    for name in ("tasks.jsonl", "tasks.yml"):
+        path = folder / name
+        if path.is_file():
+            raw = path.read_text(encoding="utf-8")
+            items = ([json.loads(line) for line in raw.splitlines() if line.strip()] if name.endswith("jsonl")
+                     else yaml.safe_load(raw))
+            texts = [_clean(str(item.get("description", ""))) for item in items or []]
+            return f"projects/{project}/{name}", [t for t in texts if 4 <= len(t.split()) and len(t) <= 1500]
+    return f"projects/{project}", []
+
+
+# A task of a page project that defines classes, modules or functions reads as `code` as much as `ui`.
+_WEBBENCH_PROGRAM = re.compile(r"\b(constructor|inherits|export|import|getter|setter|method|params?)\b|^(JS )?class\b",
+                               re.I)
+
+
+def _webbench_ui_task(text: str) -> bool:
+    return not _WEBBENCH_PROGRAM.search(text)
+
+
+def webbench(root: Path) -> Iterator[Row]:
+    """Each task of a front-end project: build or change a page (`ui`), or its tooling (`code`)."""
+    for project in WEBBENCH_UI + WEBBENCH_CODE:
+        label = "ui" if project in WEBBENCH_UI else "code"
+        path, texts = _webbench_tasks(root, project)
+        for text in texts:
+            if label == "code" or _webbench_ui_task(text):
+                yield Row(text, label, path, project)
+
+
+def webbench_conversations(root: Path, window: int = 3) -> Iterator[Conversation]:
+    """Consecutive tasks of one project: each later task is a follow-up in the same conversation."""
+    for project in WEBBENCH_UI + WEBBENCH_CODE:
+        label = "ui" if project in WEBBENCH_UI else "code"
+        path, texts = _webbench_tasks(root, project)
+        for start in range(0, len(texts) - 1, window):
+            chunk = texts[start:start + window]
+            if len(chunk) >= 2:
+                yield Conversation([{"role": "user", "content": t} for t in chunk], label, path, project)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    repository: str
+    commit: str
+    license: str
+    reader: Any
+    cap: int  # lines sampled (fixed seed) from what the reader yields
+    conversations: Any = None
+    conversation_cap: int = 0
+    tools: bool = False  # its conversations are served through declared functions (SGD's schema-described APIs)
+
+
+SOURCES: tuple[Source, ...] = (
+    Source("arkilpatel/SVAMP", "689d7ccac74b9983a2ac7cc3b264f441b99e7c53", "MIT", svamp, 600),
+    Source("chaochun/nlu-asdiv-dataset", "883f90a9a65bf00304ba8f37423910fe743abc47", "CC BY-NC 4.0", asdiv, 600),
+    Source("google-research-datasets/dstc8-schema-guided-dialogue", "e852981ae34990f4358979625854259302feaa78",
+           "CC BY-SA 4.0", sgd, 700, sgd_conversations, 150, tools=True),
+    Source("xliuhw/NLU-Evaluation-Data", "f6071b496b17d71e6eb43f543af0707f4ff30557", "CC BY 4.0", hwu, 900),
+    Source("tldr-pages/tldr", "08e345f42639f67d99282813247ac670dc6e87cb", "CC BY 4.0", tldr, 700),
+    Source("microsoft/CodeXGLUE", "ac74a62802a0dd159b3258c78a2df8ad36cdf2b9",
+           "C-UDA (CoSQA, CodeXGLUE data license)", cosqa, 600),
+    Source("bytedance/web-bench", "32075f1582fb9eed483f47f2afdb01311148b2bd", "Apache-2.0", webbench, 400,
+           webbench_conversations, 200),
+)
+
+
+def _unit_split(source: Source, unit: str) -> str:
+    if source.repository == "bytedance/web-bench":
+        return "dev" if unit in WEBBENCH_DEV else "train"
+    return _split(source.repository, unit)
+
+
+def rows(root: Path, sources: tuple[Source, ...] = SOURCES) -> list[dict[str, str]]:
+    """train/dev lines of every source found under `root` (`split` says which)."""
+    found: list[dict[str, str]] = []
+    for source in sources:
+        folder = root / source.repository
+        if not folder.is_dir():
+            continue
+        seen: set[str] = set()
+        items = []
+        for row in source.reader(folder):
+            if row.text.lower() not in seen:
+                seen.add(row.text.lower())
+                items.append(row)
+        rng = random.Random(source.repository)
+        if len(items) > source.cap:
+            items = rng.sample(items, source.cap)
+        for row in items:
+            found.append({"text": row.text, "label": row.label, "source": f"{source.repository}:{row.path}",
+                          "license": source.license, "split": _unit_split(source, row.unit)})
+    return found
+
+
+def conversations(root: Path, sources: tuple[Source, ...] = SOURCES) -> list[dict[str, Any]]:
+    """conversations.jsonl lines of the sources that have real multi-turn conversations."""
+    found: list[dict[str, Any]] = []
+    for source in sources:
+        folder = root / source.repository
+        if source.conversations is None or not folder.is_dir():
+            continue
+        items = [c for c in source.conversations(folder) if sum(t["role"] == "user" for t in c.turns) >= 2]
+        rng = random.Random(f"{source.repository}/conversations")
+        if len(items) > source.conversation_cap:
+            items = rng.sample(items, source.conversation_cap)
+        for c in items:
+            line = {"conversation": c.turns, "label": c.label, "split": _unit_split(source, c.unit),
+                    "source": f"{source.repository}:{c.path}", "license": source.license}
+            if source.tools:
+                line["tools"] = True
+            found.append(line)
+    return found
+
+
+def write(data_dir: Path, root: Path) -> dict[str, Any]:
+    """Replaces these repositories' lines in train/dev.jsonl and conversations.jsonl."""
+    new = rows(root)
+    repositories = {r["source"].split(":", 1)[0] for r in new}
+    lines: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for split in ("train", "dev"):
+        lines[split] = []
+        for line in (data_dir / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+            if line.strip() and json.loads(line)["source"].split(":", 1)[0] not in repositories:
+                lines[split].append(line)
+                seen.add((json.loads(line).get("text") or "").lower())
+    counts: dict[str, Any] = {"train": 0, "dev": 0}
+    for r in new:  # a text another source already has is skipped
+        if r["text"].lower() in seen:
+            continue
+        seen.add(r["text"].lower())
+        lines[r["split"]].append(json.dumps({k: v for k, v in r.items() if k != "split"}, ensure_ascii=False))
+        counts[r["split"]] += 1
+    for split, kept in lines.items():
+        (data_dir / f"{split}.jsonl").write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    convs = conversations(root)
+    conv_repositories = {c["source"].split(":", 1)[0] for c in convs}
+    path = data_dir / "conversations.jsonl"
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line)["source"].split(":", 1)[0] not in conv_repositories]
+    kept += [json.dumps(c, ensure_ascii=False) for c in convs]
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    counts["conversations"] = len(convs)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True,
+                        help="Folder holding the checked-out repositories as <owner>/<name>.")
+    parser.add_argument("--data-dir", help="Routing data folder (default: the shipped one).")
+    args = parser.parse_args(argv)
+    print(json.dumps(write(find_data_dir(args.data_dir), args.root)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""Routing data from public dataset repositories: what each reader takes, its labels, what it
+leaves out, the split by unit (no text in both), and a rerun that changes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from macaron.router.classifier import public_sources as ps
+
+
+def _repositories(root: Path) -> Path:
+    """One small file per repository, in the layout and format each repository has."""
+    svamp = root / "arkilpatel" / "SVAMP"
+    svamp.mkdir(parents=True)
+    (svamp / "SVAMP.json").write_text(json.dumps([
+        {"ID": "chal-2", "Body": "Dan had $ 3 left with him after he bought a candy bar. If he had $ 4 at the start",
+         "Question": "How much did the candy bar cost?"}]), encoding="utf-8")
+    asdiv = root / "chaochun" / "nlu-asdiv-dataset" / "dataset"
+    asdiv.mkdir(parents=True)
+    (asdiv / "ASDiv.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8" ?><Machine-Reading-Corpus-File><ProblemSet>'
+        '<Problem ID="nluds-0001"><Body>Seven red apples and two green apples are in the basket.</Body>'
+        '<Question>How many apples are in the basket?</Question></Problem></ProblemSet>'
+        '</Machine-Reading-Corpus-File>', encoding="utf-8")
+    sgd = root / "google-research-datasets" / "dstc8-schema-guided-dialogue" / "train"
+    sgd.mkdir(parents=True)
+    turns = [("USER", "I am feeling hungry so I would like to find a place to eat."),
+             ("SYSTEM", "Where should it be?"), ("USER", "I would like for it to be in San Jose."),
+             ("SYSTEM", "71 Saint Peter is a good restaurant."), ("USER", "Can you give me the address?"),
+             ("SYSTEM", "71 North San Pedro Street.")]
+    (sgd / "dialogues_001.json").write_text(json.dumps([
+        {"dialogue_id": "1_00000", "turns": [{"speaker": s, "utterance": u} for s, u in turns]},
+        {"dialogue_id": "1_00001", "turns": [{"speaker": "USER", "utterance": "Can you help me?"}]}]), encoding="utf-8")
+    (sgd / "dialogues_002.json").write_text("[{\"dialogue_id\": ", encoding="utf-8")  # cut short: skipped
+    hwu = root / "xliuhw" / "NLU-Evaluation-Data" / ps.HWU_FOLDER
+    hwu.mkdir(parents=True)
+    header = "answerid;scenario;intent;answer_annotation;answer_from_anno;answer_from_user\n"
+    (hwu / "alarm_set.csv").write_text(header + '1;alarm;set;"x";"x";"wake me up at five am"\n', encoding="utf-8")
+    (hwu / "qa_factoid.csv").write_text(header + '2;qa;factoid;"x";"x";"how tall is mount everest"\n', encoding="utf-8")
+    (hwu / "general_affirm.csv").write_text(header + '3;general;affirm;"x";"x";"yes that is right"\n', encoding="utf-8")
+    tldr = root / "tldr-pages" / "tldr" / "pages" / "common"
+    tldr.mkdir(parents=True)
+    (tldr / "tar.md").write_text(
+        "# tar\n\n> Archiving utility.\n\n- [c]reate a g[z]ipped archive and write it to a [f]ile:\n\n"
+        "`tar czf {{path/to/target.tar.gz}} {{path/to/file}}`\n\n- E[x]tract:\n\n`tar xf {{source.tar}}`\n",
+        encoding="utf-8")
+    cosqa = root / "microsoft" / "CodeXGLUE" / "Text-Code" / "NL-code-search-WebQuery" / "CoSQA"
+    cosqa.mkdir(parents=True)
+    (cosqa / "cosqa-dev.json").write_text(json.dumps([
+        {"idx": "cosqa-dev-0", "doc": "python remove first n item", "code": "x[n:]"},
+        {"idx": "cosqa-dev-1", "doc": "python  remove first n item", "code": "del x[:n]"}]), encoding="utf-8")
+    for project, lines in (("calculator", ["Add a sqrt button with text '√' to the right of the clear button.",
+                                           "Add a square button to the right of the sqrt button.",
+                                           "Change default theme to dark.",
+                                           "JS class Question constructor params are: title (string), name (string)."]),
+                           ("esmodule", ["Named function 'log' appends a log item to the page body element.",
+                                         "Export the log function as the default export of log.js."])):
+        folder = root / "bytedance" / "web-bench" / "projects" / project
+        folder.mkdir(parents=True)
+        (folder / "tasks.jsonl").write_text("".join(json.dumps({"id": f"task-{i}", "description": d}) + "\n"
+                                                    for i, d in enumerate(lines, 1)), encoding="utf-8")
+    return root
+
+
+def test_readers_labels_and_filters(tmp_path: Path) -> None:
+    found = {r["text"]: r for r in ps.rows(_repositories(tmp_path / "src"))}
+    assert found["Dan had $3 left with him after he bought a candy bar. If he had $4 at the start, "
+                 "how much did the candy bar cost?"]["label"] == "chat"
+    assert found["Seven red apples and two green apples are in the basket. How many apples are in the basket?"][
+        "source"] == "chaochun/nlu-asdiv-dataset:dataset/ASDiv.xml"
+    sgd = found["I am feeling hungry so I would like to find a place to eat."]
+    assert (sgd["label"], sgd["license"]) == ("agent", "CC BY-SA 4.0")
+    assert "Can you help me?" not in found  # no request in it
+    assert found["wake me up at five am"]["label"] == "agent"
+    assert found["how tall is mount everest"]["label"] == "chat"
+    assert "yes that is right" not in found  # no domain
+    assert found["create a gzipped archive and write it to a file"]["label"] == "code"
+    assert "Extract" not in found  # too short to be a request
+    assert [t for t in found if "remove first n item" in t] == ["python remove first n item"]  # deduplicated
+    assert found["Change default theme to dark."]["label"] == "ui"
+    assert not any(t.startswith("JS class Question") for t in found)  # a class definition: `code` as much as `ui`
+    assert found["Export the log function as the default export of log.js."]["split"] == "dev"  # a dev project
+    assert found["Change default theme to dark."]["split"] == "train"
+
+
+def test_conversations_are_real_follow_ups(tmp_path: Path) -> None:
+    convs = ps.conversations(_repositories(tmp_path / "src"))
+    sgd = next(c for c in convs if c["source"].startswith("google-research-datasets/"))
+    assert [m["role"] for m in sgd["conversation"]] == ["user", "assistant", "user", "assistant", "user"]
+    assert sgd["conversation"][-1]["content"] == "Can you give me the address?" and sgd["label"] == "agent"
+    assert sgd["tools"] is True  # SGD's services are schema-described APIs
+    web = [c for c in convs if c["source"].startswith("bytedance/web-bench")]
+    assert {(c["label"], c["split"]) for c in web} == {("ui", "train"), ("code", "dev")}
+
+
+def test_write_replaces_dedupes_and_is_idempotent(tmp_path: Path) -> None:
+    root = _repositories(tmp_path / "src")
+    data = tmp_path / "data"
+    data.mkdir()
+    other = {"text": "wake me up at five am", "label": "agent", "source": "other/repo:f.json", "license": "MIT"}
+    (data / "train.jsonl").write_text(json.dumps(other) + "\n", encoding="utf-8")
+    (data / "dev.jsonl").write_text("", encoding="utf-8")
+    (data / "conversations.jsonl").write_text("", encoding="utf-8")
+    first = ps.write(data, root)
+    texts = [json.loads(line)["text"] for s in ("train", "dev")
+             for line in (data / f"{s}.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert texts.count("wake me up at five am") == 1 and len(texts) == len(set(texts))
+    assert first["train"] + first["dev"] == len(texts) - 1
+    snapshot = [(data / name).read_text(encoding="utf-8") for name in ("train.jsonl", "dev.jsonl", "conversations.jsonl")]
+    assert ps.write(data, root) == first
+    assert [(data / name).read_text(encoding="utf-8")
+            for name in ("train.jsonl", "dev.jsonl", "conversations.jsonl")] == snapshot
