@@ -40,8 +40,10 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
 def convert(llama_cpp_dir: Path, model_dir: Path, adapters: dict[str, Path], out: Path) -> tuple[Path, dict[str, Path]]:
     """GGUF files (f32) of the model and of each PEFT adapter."""
     out.mkdir(parents=True, exist_ok=True)
-    # the converters import gguf from the tree, and sentencepiece (keep it on $PYTHONPATH)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(llama_cpp_dir / "gguf-py"), os.environ.get("PYTHONPATH")) if p)}
+    # the converters import gguf from the tree, and sentencepiece (scripts/build_llamacpp.sh puts it in
+    # the tree's .converter-deps; else it must be importable already)
+    paths = (str(llama_cpp_dir / "gguf-py"), str(llama_cpp_dir / ".converter-deps"), os.environ.get("PYTHONPATH"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     model = out / "model-f32.gguf"
     _run([sys.executable, str(llama_cpp_dir / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", "f32",
           "--outfile", str(model)], env, "converting the model to GGUF")
