@@ -41,26 +41,25 @@ def decode_copy(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
 
 
 def shares(raw: Path) -> dict:
-    """From py-spy's raw (collapsed) output: per arm, the share of samples inside `attention`,
-    inside the paged-cache gather, and inside the in-place attention over the copies."""
+    """From py-spy's raw (collapsed) output: per arm, the share of samples inside `attention`, inside
+    gathers from the paged cache (decode rows and prefill chunks), inside the in-place attention over
+    the copies, building copies, and writing prefill chunks into them."""
     counts: dict[str, Counter] = {"decode_gather": Counter(), "decode_copy": Counter()}
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         if not n.isdigit():
             continue
         frames = stack.split(";")
+        # py-spy names methods Class.method: compare the last part
+        names = [f.split(" ")[0].rpartition(".")[2] for f in frames]
         for arm, c in counts.items():
-            if any(f.startswith(arm + " ") for f in frames):
+            if arm in names:
                 c["all"] += int(n)
-                names = [f.split(" ")[0] for f in frames]
-                if "attention" in names:
-                    c["attention"] += int(n)
-                if "gather" in names:
-                    c["gather"] += int(n)
-                if "attend_contiguous" in names:
-                    c["attend_contiguous"] += int(n)
-                if "acquire" in names:
-                    c["copy_build"] += int(n)
+                for key, fn in (("attention", "attention"), ("gather", "gather"),
+                                ("attend_contiguous", "attend_contiguous"), ("copy_build", "acquire"),
+                                ("linear", "linear"), ("lora", "lora_delta")):
+                    if fn in names:
+                        c[key] += int(n)
     return {
         arm: {k: round(v / c["all"], 3) for k, v in c.items() if k != "all"} | {"samples": c["all"]}
         for arm, c in counts.items()
