@@ -76,6 +76,9 @@ class ContiguousKVStore:
         self.min_context = min_context
         self.copies: dict[int, ContiguousKV] = {}
         self.tokens_held = 0
+        self.incremental = True
+        """False: copies only for decode rows, built by gathering the blocks (the engine before
+        prefill wrote them; kept so that the benchmarks measure before and after in one run)."""
         self.built_tokens = {"sibling": 0, "runs": 0, "gathered": 0}
         """Positions copied into new copies so far, by source (what a request did not write itself)."""
         self.bytes_per_token = num_layers * 2 * num_kv_heads * head_dim * dtype.itemsize
@@ -147,15 +150,15 @@ class ContiguousKVStore:
         """Writes positions [0, pos) of a new copy: the part shared with another live copy from
         it, the rest from the paged cache."""
         done = 0
-        source, shared = self._sibling(seq_id, block_table, pos, block_size)
+        source, shared = self._sibling(seq_id, block_table, pos, block_size) if self.incremental else (None, 0)
         if source is not None:
             data[:, :, :, :shared].copy_(source.data[:, :, :, :shared])
             done = shared
             self.built_tokens["sibling"] += shared
         if done == pos:
             return
-        runs = block_runs(block_table, done, pos, block_size)
-        if len(runs) <= MAX_RUNS:
+        runs = block_runs(block_table, done, pos, block_size) if self.incremental else []
+        if runs and len(runs) <= MAX_RUNS:
             for layer, (k_cache, v_cache) in enumerate(kv_caches):
                 for first, slot, n in runs:
                     data[layer, 0, :, first : first + n].copy_(k_cache[slot : slot + n].transpose(0, 1))

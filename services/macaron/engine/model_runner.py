@@ -148,7 +148,9 @@ class ModelRunner:
             slots.extend(self._slots(seq, start, start + n))
             row_slots.extend([seq.lora_slot] * n)
             # a long prompt writes its copy while it prefills, and later chunks read it in place
-            copy = self.contiguous.acquire(seq.seq_id, start, self.kv_caches, seq.block_table, self.block_size, len(seq))
+            copy = None
+            if self.contiguous.incremental:
+                copy = self.contiguous.acquire(seq.seq_id, start, self.kv_caches, seq.block_table, self.block_size, len(seq))
             if start == 0:
                 prefills.append(PrefillChunk(offset, n, None, None, copy, start))
             else:
