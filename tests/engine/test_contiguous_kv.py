@@ -41,8 +41,10 @@ def test_long_decode_equals_transformers_and_copies_are_dropped(tiny_assets, tin
     for a in (None, "code"):
         assert outs[str(a)] == tiny_ref.greedy(a, LONG, 12), a
     mem = eng.memory_usage()
-    assert mem.kv_copy_bytes == 0 and not eng.runner.contiguous.copies  # dropped when the rows finished
-    assert mem.kv_copy_max_bytes == eng.runner.contiguous.max_bytes > 0
+    store = eng.runner.contiguous
+    assert not store.copies and store.live_bytes == 0  # dropped when the rows finished,
+    assert mem.kv_copy_bytes == store.nbytes <= mem.kv_copy_max_bytes  # their buffers kept as spares
+    assert mem.kv_copy_max_bytes == store.max_bytes > 0
     assert mem.total_bytes == (
         mem.base_weight_bytes + mem.adapter_host_bytes + mem.adapter_pool_bytes + mem.kv_cache_bytes + mem.kv_copy_bytes
     )
@@ -72,7 +74,8 @@ def test_copies_and_gathered_rows_in_one_batch_equal_the_gather_path(tiny_assets
         assert peak > 0
         if budget is not None:
             assert peak <= budget * eng.runner.contiguous.bytes_per_token
-        assert eng.runner.contiguous.tokens_held == 0
+        assert eng.runner.contiguous.live_tokens == 0
+        assert eng.runner.contiguous.tokens_held <= eng.runner.contiguous.budget_tokens
 
 
 def test_logits_over_a_copy_match_the_gather_path(tiny_assets):
@@ -177,3 +180,22 @@ def test_a_prefix_cache_hit_builds_its_copy_from_a_running_sibling(tiny_assets):
     assert outs == expected
     built = eng.runner.contiguous.built_tokens
     assert built["sibling"] >= len(ids) // 16 * 16 - 16 and built["gathered"] == 0
+
+
+def test_released_buffers_are_reused_within_the_budget():
+    store = ContiguousKVStore(num_layers=1, num_kv_heads=1, head_dim=2, dtype=torch.float32,
+                              device=torch.device("cpu"), budget_tokens=1000, min_context=1)
+    caches = [(torch.randn(1024, 1, 2), torch.randn(1024, 1, 2))]
+    first = store.acquire(1, 100, caches, list(range(30)), 4)
+    buffer = first.data
+    store.release(1)
+    assert store.live_tokens == 0 and store.spare_tokens == buffer.shape[3]
+    again = store.acquire(2, 90, caches, list(range(30)), 4)
+    assert again.data is buffer and store.spare_tokens == 0  # reused, not allocated
+    assert torch.equal(again.data[:, :, :, :90], _expected(caches, list(range(30)), 90, 4))
+    # a copy that needs more than the budget left once spares are dropped gets none
+    store.release(2)
+    assert store.acquire(3, 900, caches, list(range(240)), 4) is None
+    assert store.tokens_held <= store.budget_tokens
+    big = store.acquire(4, 700, caches, list(range(240)), 4)  # spares dropped to make room
+    assert big is not None and store.spare_tokens == 0 and store.tokens_held <= store.budget_tokens
