@@ -83,8 +83,9 @@ class ContiguousKVStore:
         first touch (page faults), measured at ~5x the copy into it on this engine's CPU hosts."""
         self.spare_tokens = 0
         self.incremental = True
-        """False: copies only for decode rows, built by gathering the blocks (the engine before
-        prefill wrote them; kept so that the benchmarks measure before and after in one run)."""
+        """False: copies only for decode rows, built by gathering the blocks into fresh buffers (the
+        engine before prefill wrote them; kept so that the benchmarks measure before and after in one
+        run)."""
         self.built_tokens = {"sibling": 0, "runs": 0, "gathered": 0}
         """Positions copied into new copies so far, by source (what a request did not write itself)."""
         self.bytes_per_token = num_layers * 2 * num_kv_heads * head_dim * dtype.itemsize
@@ -117,7 +118,7 @@ class ContiguousKVStore:
         """A buffer of at least `capacity` slots (a spare of at most twice that, else a new one),
         counted live; None when the budget cannot hold it even with every spare dropped.
         `replacing`: slots of a live copy the caller releases right after."""
-        fits = [i for i, t in enumerate(self.spare) if capacity <= t.shape[3] <= 2 * capacity]
+        fits = [i for i, t in enumerate(self.spare) if capacity <= t.shape[3] <= 2 * capacity] if self.incremental else []
         if fits:
             data = self.spare.pop(min(fits, key=lambda i: self.spare[i].shape[3]))
             self.spare_tokens -= data.shape[3]
