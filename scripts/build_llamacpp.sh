@@ -10,14 +10,18 @@
 #
 # Knobs (environment): LLAMACPP_VERSION (the llama-cpp-python release; its vendored llama.cpp is what
 # is built), LLAMACPP_JOBS (parallel compile jobs, default 2: the build machine is shared),
-# LLAMACPP_NATIVE (ON: tune for this CPU, the fair setting for a peer measured on this machine).
+# LLAMACPP_NATIVE (ON: tune for this CPU, the fair setting for a peer measured on this machine),
+# LLAMACPP_CACHE (where the source, build and converter dependency go; default .cache/llamacpp: a
+# build interrupted on a busy machine resumes where it stopped when the script is run again).
+# On a 2-core machine shared with other jobs the build takes well over an hour (about 200 compile
+# steps, llama.cpp's multimodal library included: the server links it).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="${LLAMACPP_VERSION:-0.3.36}"
 jobs="${LLAMACPP_JOBS:-2}"
 native="${LLAMACPP_NATIVE:-ON}"
-cache="$root/.cache/llamacpp"
+cache="${LLAMACPP_CACHE:-$root/.cache/llamacpp}"
 sdist="$cache/llama_cpp_python-$version.tar.gz"
 src="$cache/llama_cpp_python-$version/vendor/llama.cpp"
 build="$cache/build-$version"
