@@ -319,9 +319,9 @@ def decode_bytes_per_step(eng: LLMEngine, weights: list[torch.Tensor], adapters:
 
 # --- 8. llama.cpp ----------------------------------------------------------------------------------
 def built_llamacpp() -> tuple[str | None, str | None]:
-    """The `llama-server` and llama.cpp tree that scripts/build_llamacpp.sh leaves in the project's
-    .cache/llamacpp (newest build), or (None, None)."""
-    cache = Path(__file__).resolve().parent.parent / ".cache" / "llamacpp"
+    """The `llama-server` and llama.cpp tree that scripts/build_llamacpp.sh leaves in its cache
+    ($LLAMACPP_CACHE, else the project's .cache/llamacpp; newest build), or (None, None)."""
+    cache = Path(os.environ.get("LLAMACPP_CACHE") or Path(__file__).resolve().parent.parent / ".cache" / "llamacpp")
     servers = sorted(cache.glob("build-*/bin/llama-server"))
     if not servers:
         return None, None
