@@ -69,8 +69,8 @@ def llamacpp_decode_tps(
     ctx = len(prompts) * (max(len(p) for p in prompts) + new_tokens + 16)
     cmd = [server, "-m", str(model), "--port", str(port), "--host", "127.0.0.1", "-np", str(len(prompts)),
            "-c", str(ctx), "-t", str(threads), "--lora-init-without-apply"]
-    for name in order:
-        cmd += ["--lora", str(loras[name])]
+    # one --lora with comma-separated files: the server keeps only the last of repeated --lora flags
+    cmd += ["--lora", ",".join(str(loras[name]) for name in order)]
     log = open(workdir / "llama-server.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
