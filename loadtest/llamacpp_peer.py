@@ -89,6 +89,10 @@ def llamacpp_decode_tps(
                     raise LlamaCppError("llama-server did not become healthy within 180 s")
                 time.sleep(0.5)
 
+            loaded = client.get(f"{base}/lora-adapters").json()
+            if len(loaded) != len(order):
+                raise LlamaCppError(f"llama-server loaded {len(loaded)} adapters, expected {len(order)}")
+
             def one(i: int) -> dict:
                 lora = [{"id": j, "scale": 1.0 if name == names[i] else 0.0} for j, name in enumerate(order)]
                 body = {"prompt": prompts[i], "n_predict": new_tokens, "temperature": 0, "ignore_eos": True,
