@@ -638,7 +638,7 @@ def main() -> None:
          f"{r['adapters_with_accelerator_pool_over_base_bytes']:.4f}"),
         ("KV cache", f"{r['kv_cache_mb']:.1f} MB", f"preallocated, {kv_tokens} tokens"),
         ("KV copies, at most", f"{r['kv_copy_max_mb']:.1f} MB",
-         "contiguous K/V of long-context decode rows, held only while they run (decode_kv_copy_tokens)"),
+         "contiguous K/V of long-context rows and spare buffers for reuse (decode_kv_copy_tokens)"),
         ("total held", f"{r['total_mb']:.1f} MB", "weights + adapters + pool + KV + live KV copies (none now)"),
         ("peak RSS (engine)", f"{r['peak_rss_mb']:.1f} MB", f"with PEFT loaded: {r['peak_rss_with_peft_mb']:.1f} MB"),
         ("threads / wall", f"{threads} / {r['wall_s']:.1f} s", "torch threads for engine, PEFT and ceilings"),
