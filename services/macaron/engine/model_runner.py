@@ -2,8 +2,9 @@
 
 The KV cache is preallocated per layer as [num_blocks * block_size, kv_heads, head_dim]
 (memory bounded by max_total_tokens); a token's slot is block_table[pos // bs] * bs + pos % bs.
-Decode rows with a long context also keep a contiguous copy of their K/V (ContiguousKVStore,
-bounded by its own token budget), so that attention does not gather the blocks every step.
+Requests with a long context also keep a contiguous copy of their K/V (ContiguousKVStore,
+bounded by its own token budget), written as they prefill, so that neither decode steps nor
+later prefill chunks gather the blocks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from macaron.engine.contiguous_kv import ContiguousKV, ContiguousKVStore
 from macaron.engine.lora_manager import LoRAPool
-from macaron.engine.models.layers import BatchContext
+from macaron.engine.models.layers import BatchContext, PrefillChunk
 from macaron.engine.models.llama import CausalLM, ModelShape, load_model
 from macaron.engine.sequence import Sequence
 
@@ -126,12 +127,7 @@ class ModelRunner:
         gathered_rows: list[int] = []
         for i, seq in enumerate(step.decode):
             pos = len(seq) - 1
-            copy = self.contiguous.acquire(
-                seq.seq_id,
-                pos,
-                self.kv_caches,
-                lambda n, seq=seq: torch.tensor(self._slots(seq, 0, n), dtype=torch.long, device=self.device),
-            )
+            copy = self.contiguous.acquire(seq.seq_id, pos, self.kv_caches, seq.block_table, self.block_size)
             if copy is None:
                 gathered.append(seq)
                 gathered_rows.append(i)
@@ -143,7 +139,7 @@ class ModelRunner:
             if len(gathered) < len(step.decode):
                 decode_gathered = torch.tensor(gathered_rows, dtype=torch.long, device=self.device)
         logits_index = list(range(len(step.decode)))
-        prefills = []
+        prefills: list[PrefillChunk] = []
         for seq, n in step.prefill:
             start = seq.num_computed_tokens
             offset = len(tokens)
@@ -151,14 +147,20 @@ class ModelRunner:
             positions.extend(range(start, start + n))
             slots.extend(self._slots(seq, start, start + n))
             row_slots.extend([seq.lora_slot] * n)
+            # a long prompt writes its copy while it prefills, and later chunks read it in place
+            copy = None
+            if self.contiguous.incremental:
+                copy = self.contiguous.acquire(seq.seq_id, start, self.kv_caches, seq.block_table, self.block_size, len(seq))
             if start == 0:
-                prefills.append((offset, n, None, None))
+                prefills.append(PrefillChunk(offset, n, None, None, copy, start))
             else:
                 ctx_len = start + n
-                kv_index = torch.tensor(self._slots(seq, 0, ctx_len), dtype=torch.long, device=self.device)
+                kv_index = None
+                if copy is None:
+                    kv_index = torch.tensor(self._slots(seq, 0, ctx_len), dtype=torch.long, device=self.device)
                 q_pos = torch.arange(start, ctx_len, device=self.device)
                 mask = torch.arange(ctx_len, device=self.device)[None, :] <= q_pos[:, None]
-                prefills.append((offset, n, kv_index, mask[None, None]))
+                prefills.append(PrefillChunk(offset, n, kv_index, mask[None, None], copy, start))
             if start + n == len(seq):
                 logits_index.append(offset + n - 1)
         ctx = BatchContext(
@@ -184,6 +186,9 @@ class ModelRunner:
         logits = self.model(input_ids, ctx, self.kv_caches, use_pool)
         for _, copy, pos in ctx.decode_contiguous:
             copy.length = pos + 1
+        for chunk in ctx.prefills:
+            if chunk.copy is not None:
+                chunk.copy.length = chunk.position + chunk.length
         return logits
 
 

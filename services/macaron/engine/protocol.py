@@ -108,8 +108,9 @@ class MemoryUsage:
     largest loaded rank x every targeted module (SGLang's LoRA memory pool); the figure to plan a GPU with."""
     adapter_slots: int = 0
     kv_copy_bytes: int = 0
-    """Contiguous per-request K/V copies of long-context decode rows, held now (they spare attention
-    a gather of the paged cache every step); live, dropped when the requests leave."""
+    """Contiguous per-request K/V copies of long-context rows, held now (they spare attention a
+    gather of the paged cache every step and chunk): live copies and the spare buffers of finished
+    ones, kept for reuse within kv_copy_max_bytes."""
     kv_copy_max_bytes: int = 0
     """The most those copies may hold (decode_kv_copy_tokens)."""
     device: str = "cpu"

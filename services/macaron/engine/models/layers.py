@@ -5,13 +5,14 @@ A step's tokens are flat ([T, ...]): decode rows first (one token each), then pr
 Decode rows with a short context attend together in one SDPA call over their gathered cache
 slots (padded, masked); rows with a long context read their own contiguous copy of the cache in
 place (`macaron.engine.contiguous_kv`); each prefill chunk attends on its own (plain causal when
-it is the whole context).
+it is the whole context; over its request's contiguous copy in place when it has one, else over
+its gathered context).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,22 @@ from macaron.engine.contiguous_kv import ContiguousKV, attend_contiguous
 
 if TYPE_CHECKING:
     from macaron.engine.lora_manager import LoRAPool
+
+
+class PrefillChunk(NamedTuple):
+    """One prefill chunk of a step."""
+
+    start: int
+    """Index of its first token in the step's flat token list."""
+    length: int
+    kv_index: torch.Tensor | None
+    """Cache slots of its whole context, to gather; None: it reads `copy`, or is the whole context."""
+    mask: torch.Tensor | None
+    """[1, 1, length, context] causal mask over its context; None: plain causal (the whole context)."""
+    copy: ContiguousKV | None = None
+    """The request's contiguous K/V copy: the chunk writes its K/V there and attends over it in place."""
+    position: int = 0
+    """Position of its first token in the request."""
 
 
 @dataclass
@@ -36,9 +53,8 @@ class BatchContext:
     """[G, L] cache slots each gathered decode row attends to (padded); None: no gathered rows."""
     decode_mask: torch.Tensor | None
     """[G, 1, 1, L] True where a gathered decode row may attend."""
-    prefills: list[tuple[int, int, torch.Tensor | None, torch.Tensor | None]]
-    """Per prefill chunk: (token start, length, cache slots of its whole context or None when
-    the chunk is the whole context, attention mask or None for plain causal)."""
+    prefills: list[PrefillChunk]
+    """The prefill chunks, after the decode rows."""
     logits_index: torch.Tensor
     """[B] token index whose hidden state gives each sampled row's logits."""
     decode_gathered: torch.Tensor | None = None
@@ -115,11 +131,18 @@ def attention(
         kv[0, :, pos].copy_(k[row])
         kv[1, :, pos].copy_(v[row])
         out[row] = attend_contiguous(q[row], kv[0, :, : pos + 1], kv[1, :, : pos + 1], scale)
-    for start, length, kv_index, mask in ctx.prefills:
+    for start, length, kv_index, mask, copy, position in ctx.prefills:
         qp = q[start : start + length].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-        if kv_index is None:
+        if copy is not None:
+            kv = copy.data[layer]
+            kv[0, :, position : position + length].copy_(k[start : start + length].transpose(0, 1))
+            kv[1, :, position : position + length].copy_(v[start : start + length].transpose(0, 1))
+        if mask is None:
             kp = k[start : start + length].transpose(0, 1).unsqueeze(0)
             vp = v[start : start + length].transpose(0, 1).unsqueeze(0)
+        elif copy is not None:  # the whole context in place, positions in order
+            kp = kv[0, :, : position + length].unsqueeze(0)
+            vp = kv[1, :, : position + length].unsqueeze(0)
         else:
             kp = gather(k_cache, kv_index).transpose(0, 1).unsqueeze(0)
             vp = gather(v_cache, kv_index).transpose(0, 1).unsqueeze(0)
