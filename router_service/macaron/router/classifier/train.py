@@ -219,6 +219,7 @@ def train(
     say(f"features of {len(texts)} training texts")
     bags = [analyze(t) for t in texts]
     vectors = None
+    custom_embed = embed is not None
     if config.escalation:
         if embed is None:
             from macaron.router.classifier.embeddings_cache import cached_embed
@@ -228,7 +229,9 @@ def train(
         vectors = embed(texts)
 
     lower = None
-    if config.escalation and config.finetune and config.holdout:
+    # The fine-tune tunes MiniLM, so it runs only with MiniLM's own embeddings (a caller's `embed` is
+    # another encoder, e.g. a test's stand-in) and with hold-out (it ships only if hold-out improves).
+    if config.escalation and config.finetune and config.holdout and not custom_embed:
         from macaron.router.classifier.encoder_tuning import LowerStates
 
         say("encoder fine-tune: the frozen lower layers over the training texts (once)")
