@@ -9,6 +9,11 @@
    choose the escalation threshold: the one maximising hold-out accuracy minus
    `escalation_cost` times the escalation rate, among those escalating at most
    `max_escalation_rate` of the hold-out requests.
+   3b. The escalation encoder (encoder_tuning.py): LoRA on MiniLM's top layers plus a head, fitted
+   once per fold of `encoder_folds` groups of repositories, next to the frozen MiniLM's head on the
+   same folds; the tuned encoder replaces the frozen one only if the combined classifier (each with
+   its own temperature, pooling and threshold under the same escalation cap) is better on those
+   folds, and then its fold predictions feed calibration, the threshold and step 5.
 4. Final models on all of train; dev is reported, never used to choose anything.
 5. The conversation decision (turns.py) on `multiturn_train.jsonl`, its inputs taken from the
    hold-out predictions of step 3 (turn_training.py), with its own hold-out by source repository.
