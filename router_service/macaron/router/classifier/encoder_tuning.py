@@ -203,7 +203,10 @@ def fit(
     stack = _TopStack(model, lower.split)
     plan = [_batches(rows, lower.lengths, config.batch_size, rng) for _ in range(config.epochs)]
     total = sum(len(p) for p in plan)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total, pct_start=0.1)
+    if total >= 20:
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total, pct_start=0.1)
+    else:  # a handful of steps (tiny data): one-cycle cannot warm up, keep the rate constant
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     step = 0
     for epoch, batches in enumerate(plan, start=1):
         running = 0.0
