@@ -173,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         "decisions_per_s_32_concurrent": concurrency.get("batched_32"),
         "decisions_per_s_32_concurrent_unbatched": concurrency.get("unbatched_32"),
         "escalation_threshold": classifier.threshold,
+        "escalation_encoder": "tuned" if classifier.artifact.adapter_path or classifier.artifact.adapter else "frozen",
+        "encoder_holdout_same_folds": {
+            name: {"combined": entry.get("mean_accuracy"), "encoder_alone": entry.get("mean_embed_accuracy"),
+                   "escalation_rate": entry.get("escalation_rate")}
+            for name, entry in classifier.artifact.report.get("encoder_holdout", {}).items() if name != "folds"},
         "decisions_per_s": round(decisions_per_s, 1),
         "fast_decisions_per_s": round(fast_decisions_per_s, 1),
         "cores": 1 if core is not None else os.cpu_count(),

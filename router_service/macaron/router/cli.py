@@ -35,6 +35,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--no-escalation", action="store_true", help="Train the fast model only (no embedding model).")
     p.add_argument("--no-holdout", action="store_true",
                    help="Skip the per-repository hold-out (no calibration, no measured threshold).")
+    p.add_argument("--no-finetune", action="store_true",
+                   help="Keep the frozen MiniLM (no LoRA fine-tune of the escalation encoder; saves about 15 min "
+                   "on one thread).")
     p.add_argument("--report", help="Also write the training report (hold-out and dev metrics) as JSON here.")
     p.set_defaults(func=_train)
 
@@ -65,7 +68,8 @@ def _train(args: argparse.Namespace) -> int:
     from macaron.router.classifier.decision import SpecialistClassifier
     from macaron.router.classifier.data import find_data_dir, load_jsonl
 
-    config = TrainConfig(seed=args.seed, escalation=not args.no_escalation, holdout=not args.no_holdout)
+    config = TrainConfig(seed=args.seed, escalation=not args.no_escalation, holdout=not args.no_holdout,
+                         finetune=not args.no_finetune)
     try:
         artifact = train(args.data_dir, config, progress=lambda m: print(m, file=sys.stderr, flush=True))
         dev = load_jsonl(find_data_dir(args.data_dir) / "dev.jsonl")

@@ -83,6 +83,7 @@ class SpecialistClassifier:
                     window_s=self.settings.embed_batch_window_ms / 1000.0,
                     max_batch=self.settings.embed_max_batch,
                     cache_size=self.settings.embed_cache_size,
+                    adapter=self.artifact.adapter if self.artifact.adapter is not None else self.artifact.adapter_path,
                 )
             return self._embedder
 

