@@ -199,6 +199,8 @@ class SpecialistClassifier:
                     probs = combine(probs, p_embed, self.artifact.fast_weight_when_escalated)
                     escalated = True
         best = int(probs.argmax())
+        if session_index is not None and best != session_index and probs[best] < self.settings.min_switch_confidence:
+            best = session_index  # an unsure turn does not move the conversation
         return RouteDecision(
             specialist=self.labels[best],
             probabilities={label: float(p) for label, p in zip(self.labels, probs)},
