@@ -188,6 +188,19 @@ def classified_from(result: Any) -> Classified:
                       bool(get("session_aware", False)))
 
 
+def _classified_or_none(classify: Callable[[], Any]) -> Classified | None:
+    """Runs one classifier call; None when there is nothing to classify or the classifier failed (the
+    judge or the session decides then: a classifier bug must not fail the request)."""
+    try:
+        return classified_from(classify())
+    except ClassificationInputError as exc:  # e.g. no user turn
+        log.debug("not classifiable: %s", exc)
+        return None
+    except Exception:  # noqa: BLE001
+        log.exception("classifier failed; deciding without it")
+        return None
+
+
 class RoutingCore:
     """Decision + placement + shared state for one router replica."""
 
@@ -303,29 +316,14 @@ class RoutingCore:
         tools = [t.openai_dict() for t in chat.tools] or None
         # A classifier that weighs the session itself gets it (one learned decision, no router threshold).
         extra: dict[str, Any] = {"session": session} if session and getattr(c, "accepts_session", False) else {}
-        try:
-            if getattr(c, "escalation_enabled", False):
-                fast = c.classify(messages=messages, tools=tools, escalate=False, **extra)  # type: ignore[call-arg]
-                if fast.confidence >= getattr(c, "threshold", 0.0):
-                    return classified_from(fast)
-            else:
-                return classified_from(c.classify(messages=messages, tools=tools, **extra))
-        except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
-            log.debug("not classifiable: %s", exc)
-            return None
-        except Exception:  # noqa: BLE001 - a classifier bug must not fail the request
-            log.exception("classifier failed; deciding without it")
-            return None
+        escalating = getattr(c, "escalation_enabled", False)
+        first = _classified_or_none(lambda: c.classify(messages=messages, tools=tools, escalate=False, **extra)
+                                    if escalating else c.classify(messages=messages, tools=tools, **extra))
+        if not escalating or first is None or first.confidence >= getattr(c, "threshold", 0.0):
+            return first
         if gate is not None:  # its error (over the limit) is the caller's, not a classifier failure
             await gate
-        try:
-            return classified_from(await asyncio.to_thread(c.classify, messages=messages, tools=tools, **extra))
-        except ClassificationInputError as exc:  # e.g. no user turn: nothing to classify, the judge decides
-            log.debug("not classifiable: %s", exc)
-            return None
-        except Exception:  # noqa: BLE001 - a classifier bug must not fail the request
-            log.exception("classifier failed; deciding without it")
-            return None
+        return await asyncio.to_thread(_classified_or_none, lambda: c.classify(messages=messages, tools=tools, **extra))
 
     async def read_session(self, owner: str, session_id: str) -> SessionView | None:
         if not session_id:
