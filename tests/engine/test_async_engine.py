@@ -96,7 +96,9 @@ async def test_abort_and_disconnect_free_the_row_at_once(aengine):
 
 
 async def test_unload_waits_for_running_requests_then_reload(aengine, tiny_assets):
-    stream = aengine.submit(GenerateRequest(rid="u", prompt=PROMPTS[0], sampling=greedy(60, ignore_eos=True), lora_path="code", stream=True))
+    # a request far longer than the checks below take, so the unload must still be waiting for it on any machine
+    long = greedy(1500, ignore_eos=True)
+    stream = aengine.submit(GenerateRequest(rid="u", prompt=PROMPTS[0], sampling=long, lora_path="code", stream=True))
     it = stream.__aiter__()
     await it.__anext__()
     unload = asyncio.create_task(aengine.unload_lora_adapter("code"))
@@ -105,8 +107,11 @@ async def test_unload_waits_for_running_requests_then_reload(aengine, tiny_asset
     assert "code" not in aengine.loaded_adapters()
     with pytest.raises(InvalidRequestError, match="unknown adapter 'code'"):
         aengine.submit(GenerateRequest(rid="u2", prompt="x", lora_path="code"))
+    more = [await it.__anext__() for _ in range(5)]  # it keeps decoding with its adapter while the unload waits
+    assert not more[-1].finished and not unload.done()
+    assert await aengine.abort("u") is True
     outs = [o async for o in it]
-    assert outs[-1].finish_reason == {"type": "length", "length": 60}  # kept its adapter to the end
+    assert outs[-1].finish_reason["type"] == "abort"
     await asyncio.wait_for(unload, 5)
     assert "code" not in aengine.engine.lora.adapters
     await aengine.load_lora_adapter("code@v2", str(tiny_assets.adapters["code"]))
