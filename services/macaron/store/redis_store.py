@@ -66,8 +66,11 @@ class RedisStore:
         return self._prefix + key
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
+        # asyncio.timeout, not wait_for: wait_for (Python 3.11) runs the call in a task of its own, one more
+        # task and loop turn per store call on the request's path
         try:
-            return await asyncio.wait_for(awaitable, self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                return await awaitable
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             raise StoreUnavailableError(f"Redis did not answer: {exc.__class__.__name__}: {exc}") from exc
 
