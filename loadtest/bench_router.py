@@ -23,10 +23,14 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    that replica's KV cache (one unmeasured request straight to the specialist put it there), so the
    engine's work is the same on both paths; p50 and p99 of the per-pair difference, and where it
    goes (the router's own step times, the router → specialist hop, the caller → router hop);
-4. a multi-turn workload with KV pressure (sessions sharing 4 short system prompts, each turn
-   carrying the whole growing history, fixed assistant turns of about 60 tokens so every arm sends
-   the same requests with the same session ids; each engine's cache is 1.25 x its fair share of
-   the working set, measured by tokenizing the workload first) forced to the chat specialist: the prompt tokens the engines report served from
+4. a multi-turn workload shaped like production, with KV pressure: sessions of all four
+   specialists (each session forced to its own, so every arm serves it with the same adapter),
+   sharing 4 application system prompts across specialists (each specialist's own profile prompt
+   first, then the shared one, as the specialists render it; the same text under two adapters is
+   two KV-cache entries), each turn carrying the whole growing history, fixed assistant turns of
+   about 60 tokens so every arm sends the same requests with the same session ids; each engine's
+   cache is 1.25 x its fair share of the working set, measured by tokenizing the workload first;
+   plain text output everywhere. Measured: the prompt tokens the engines report served from
    their caches (`cached_tokens`) and mean TTFT for ours prefix_affinity, ours round_robin,
    smg cache_aware, two of ours (requests alternating between A and B) and two smg with
    --enable-mesh (alternating likewise). Each arm runs --repeats times, arms interleaved (the
@@ -403,18 +407,22 @@ class Senders:
         self.channels.update({f"spec-{n}": ch for n, ch in spec_channels.items()})
         self.specialists = {n: specialist_pb2_grpc.SpecialistStub(ch) for n, ch in spec_channels.items()}
         settings = load_settings(stack.config)
-        self.chat_profile = load_profile(settings.specialists, "chat")
+        self.profiles = {n: load_profile(settings.specialists, n) for n in SPECIALISTS}
         self.tokenizer = tokenizer
         self.http = httpx.AsyncClient(timeout=120.0)
 
-    def proto(self, messages: list[dict[str, str]], *, forced: bool, session: str = "", hint: str = "") -> Any:
+    def proto(self, messages: list[dict[str, str]], *, specialist: str | None = None, session: str = "",
+              hint: str = "") -> Any:
+        """`specialist`: forced (None lets the router decide). Plain text output on every specialist (the ui
+        one would otherwise constrain decoding to its schema, which smg's plain /generate path does not)."""
         from macaron.v1 import common_pb2 as pb
 
         roles = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT}
         return pb.GenerateRequest(
             messages=[pb.ChatMessage(role=roles[m["role"]], content=m["content"]) for m in messages],
             session_id=session,
-            specialist=pb.SPECIALIST_KIND_CHAT if forced else pb.SPECIALIST_KIND_UNSPECIFIED,
+            specialist=SPECIALISTS.index(specialist) + 1 if specialist else pb.SPECIALIST_KIND_UNSPECIFIED,
+            response_format=pb.ResponseFormat(type=pb.RESPONSE_FORMAT_TYPE_TEXT),
             sampling=pb.SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
             engine_replica_hint=hint,
         )
@@ -445,11 +453,13 @@ class Senders:
         return Turn(ttft, usage.prompt_tokens, usage.cached_tokens, "".join(text), route.predicted_cached_tokens,
                     route.replica, route.reason, timing), specialist
 
-    async def smg_turn(self, url: str, messages: list[dict[str, str]], session: str) -> Turn:
+    async def smg_turn(self, url: str, messages: list[dict[str, str]], session: str, specialist: str) -> Turn:
+        """The prompt exactly as `specialist` renders it, under its adapter: what our path sends the engine."""
         from macaron.prompting import ChatRequest, Message, render
 
         chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
-        body = {"text": render(chat, self.chat_profile, self.tokenizer), "lora_path": self.chat_profile.lora_path,
+        profile = self.profiles[specialist]
+        body = {"text": render(chat, profile, self.tokenizer), "lora_path": profile.lora_path,
                 "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0.0}, "stream": True}
         start = time.perf_counter()
         ttft = None
@@ -477,6 +487,13 @@ def reply(s: int, t: int) -> str:
     return " ".join(REPLIES[(s + t + k) % len(REPLIES)] for k in range(3))
 
 
+def session_specialist(s: int, systems: list[str]) -> str:
+    """Session `s`'s specialist: every shared system prompt is used by sessions of several specialists (as an
+    application's one system prompt is, whichever specialist serves the turn), so the same text reaches the
+    engines under several adapters: separate KV-cache entries."""
+    return SPECIALISTS[(s + s // len(systems)) % len(SPECIALISTS)]
+
+
 def conversation(s: int, turns: int, systems: list[str], users: list[str], salt: str = "") -> list[list[dict[str, str]]]:
     """Session `s`'s requests, turn by turn: each carries the whole history (system, user, assistant, ...)."""
     messages = [{"role": "system", "content": f"[{salt}] {systems[s % len(systems)]}"}]
@@ -498,9 +515,10 @@ def working_set(sessions: int, turns: int, systems: list[str], users: list[str],
     from macaron.specialist.profiles import load_profile
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    profile = load_profile(load_settings(None).specialists, "chat")
+    settings = load_settings(None).specialists
     last = []
     for s in range(sessions):
+        profile = load_profile(settings, session_specialist(s, systems))
         final = conversation(s, turns, systems, users, salt="0" * 12)[-1]
         chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in final))  # type: ignore[arg-type]
         last.append(len(tokenizer(render(chat, profile, tokenizer), add_special_tokens=False)["input_ids"]))
@@ -519,15 +537,16 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
 
     async def session(s: int) -> None:
         session_id = f"{salt}-{s}"
+        specialist = session_specialist(s, systems)
         for messages in conversation(s, turns, systems, users, salt):
             target = targets[next(counter) % len(targets)]
             async with gate:
                 try:
                     if target.startswith("http"):
-                        turn = await senders.smg_turn(target, messages, session_id)
+                        turn = await senders.smg_turn(target, messages, session_id, specialist)
                     else:
                         turn, _ = await senders.grpc_turn(
-                            senders.routers[target], senders.proto(messages, forced=True, session=session_id))
+                            senders.routers[target], senders.proto(messages, specialist=specialist, session=session_id))
                 except Exception as exc:  # noqa: BLE001 - counted, the run goes on
                     result.errors += 1
                     log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
@@ -672,15 +691,15 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifie
         msgs = [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {users[i]}"}]
         specialist = str(classifier.classify(messages=msgs).specialist)
         replica = engines[i % len(engines)]
-        await senders.grpc_turn(senders.specialists[specialist], senders.proto(msgs, forced=False, hint=replica))
+        await senders.grpc_turn(senders.specialists[specialist], senders.proto(msgs, hint=replica))
         await asyncio.sleep(0.05)  # the engine's KV events reach the routers' index
 
         async def routed() -> tuple[Turn, str]:
-            return await senders.grpc_turn(senders.routers["a"], senders.proto(msgs, forced=False))
+            return await senders.grpc_turn(senders.routers["a"], senders.proto(msgs))
 
         async def straight() -> Turn:
             return (await senders.grpc_turn(senders.specialists[specialist],
-                                            senders.proto(msgs, forced=False, hint=replica)))[0]
+                                            senders.proto(msgs, hint=replica)))[0]
 
         if i % 2 == 0:
             turn, chosen = await routed()
