@@ -529,7 +529,8 @@ class RoutingCore:
             if guess is None and not req.forced and not req.session_id and not req.replica_hint:
                 # no session to wait for: decide while the states read is in flight, then read ahead. A few loop
                 # turns first, so its command (and the caller's limit check) is on the wire before the classifier
-                # holds the loop: the store's deadline wrapper runs each call in a task of its own, one turn later.
+                # holds the loop: a store call yields to the loop before its command is written (redis-py's pool checks the
+                # connection first).
                 for _ in range(SEND_TURNS):
                     await asyncio.sleep(0)
                 decided = await self.decide(req, prefetched=(None,), times=times, gate=gate)
