@@ -36,7 +36,7 @@ class GatewaySettings(BaseModel):
         "deadline (x-macaron-timeout, or the openai clients' x-stainless-read-timeout) replaces it."
     )
     deadline_margin_s: float = Field(
-        1.0, ge=0, description="How long before a client's own deadline the gateway gives up and answers 504 (type "
+        2.0, ge=0, description="How long before a client's own deadline the gateway gives up and answers 504 (type "
         "timeout), so the answer arrives before the client stops waiting; at most a quarter of the client's time."
     )
     router_max_retries: int = Field(
