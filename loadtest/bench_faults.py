@@ -222,7 +222,11 @@ def main() -> int:
     out = {**totals, **result, "peak_rss_mb": round(sampler.peak_mb, 1), "model": args.model,
            "max_in_flight": max_in_flight,
            "phases": {name: {k: r.summary()[k] for k in ("sent", "completed", "clear_errors", "lost", "errors")}
-                      for name, r in reports.items()}}
+                      for name, r in reports.items()},
+           # what each lost request had seen: a first token (the stream had started) or nothing
+           "lost_requests": [{"phase": name, "start_s": round(r.start_s, 2), "specialist": r.specialist,
+                              "ttft_s": None if r.ttft_s is None else round(r.ttft_s, 2)}
+                             for name, report in reports.items() for r in report.results if r.lost]}
     print(json.dumps(out))
     return 0 if totals["lost"] == 0 else 1
 
