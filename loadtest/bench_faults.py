@@ -19,7 +19,9 @@ otherwise) and runs the load generator (`macaron.loadgen`) through four phases:
    is in the new Redis.
 
 Every phase counts requests sent, completed, failed with a clear error, and lost (no answer by
-the deadline). Peak RSS is the largest sum of the stack's processes' resident memory sampled
+the deadline). The load generator sends its 30 s deadline (`x-macaron-timeout`), so a request the
+stack cannot finish in time is stopped and answered 504 before it, a clear error; `--max-in-flight`
+sets the gateway's admission limit to see that at limits where requests wait longer. Peak RSS is the largest sum of the stack's processes' resident memory sampled
 during the run. Overload runs twice, at 60/s and at 120/s, and reports for each how far the stack's
 RSS rose above its level just before (`overload_rss_growth_mb`, `overload_2x_rss_growth_mb`):
 bounded memory means doubling the excess does not grow it; `overload_429_p99_ms` is how fast the
@@ -141,7 +143,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="Short phases (under three minutes).")
     parser.add_argument("--model", choices=("smollm2", "tiny", "bench"), default="smollm2",
                         help="Built-in model the engine replicas serve (default: smollm2, the real default model).")
+    parser.add_argument("--max-in-flight", type=int, default=None,
+                        help="The gateway's admission limit (default: the model's, see MAX_IN_FLIGHT).")
     args = parser.parse_args()
+    max_in_flight = MAX_IN_FLIGHT[args.model] if args.max_in_flight is None else args.max_in_flight
     scale = 1.0 if args.quick else 3.0
 
     from macaron.assets.builtin import ensure_builtin_model
@@ -153,7 +158,7 @@ def main() -> int:
     say("starting the stack: 2 engines, 2 specialist replicas per pool, 2 routers, Redis, gateway ...")
     started = time.monotonic()
     stack = start_fault_stack(workdir, assets.model_dir, dict(assets.adapters),
-                              gateway_max_in_flight=MAX_IN_FLIGHT[args.model])
+                              gateway_max_in_flight=max_in_flight)
     say(f"stack ready in {time.monotonic() - started:.1f} s")
     sampler = MemorySampler(stack)
     sampler.start()
@@ -215,8 +220,13 @@ def main() -> int:
         "lost": sum(r.lost for r in reports.values()),
     }
     out = {**totals, **result, "peak_rss_mb": round(sampler.peak_mb, 1), "model": args.model,
+           "max_in_flight": max_in_flight,
            "phases": {name: {k: r.summary()[k] for k in ("sent", "completed", "clear_errors", "lost", "errors")}
-                      for name, r in reports.items()}}
+                      for name, r in reports.items()},
+           # what each lost request had seen: a first token (the stream had started) or nothing
+           "lost_requests": [{"phase": name, "start_s": round(r.start_s, 2), "specialist": r.specialist,
+                              "ttft_s": None if r.ttft_s is None else round(r.ttft_s, 2)}
+                             for name, report in reports.items() for r in report.results if r.lost]}
     print(json.dumps(out))
     return 0 if totals["lost"] == 0 else 1
 

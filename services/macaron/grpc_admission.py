@@ -10,6 +10,7 @@ router would look dead to its probes) and its refusal carries no retry informati
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
@@ -70,15 +71,15 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
 
     async def _refuse(self, context: grpc.aio.ServicerContext, method: str) -> None:
         self.rejected.labels(method=method).inc()
-        code, details, trailers = overloaded_status(overloaded_message(self.limit, self.settings.retry_after_s),
-                                                    self.settings.retry_after_s)
+        retry_after = self.limit.retry_after_s(self.settings)
+        code, details, trailers = overloaded_status(overloaded_message(self.limit, retry_after), retry_after)
         await context.abort(code, details, trailing_metadata=trailers)
 
     def _acquired(self) -> None:
         self.in_flight.set(self.limit.in_flight)
 
-    def _released(self) -> None:
-        self.limit.release()
+    def _released(self, started: float) -> None:
+        self.limit.release(time.monotonic() - started)
         self.in_flight.set(self.limit.in_flight)
 
     def _unary(self, behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
@@ -86,10 +87,11 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             if not self.limit.try_acquire():
                 await self._refuse(context, method)
             self._acquired()
+            started = time.monotonic()
             try:
                 return await behavior(request, context)
             finally:
-                self._released()
+                self._released(started)
 
         return admitted
 
@@ -98,6 +100,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             if not self.limit.try_acquire():
                 await self._refuse(context, method)
             self._acquired()
+            started = time.monotonic()
             try:
                 result = behavior(request, context)
                 if hasattr(result, "__aiter__"):
@@ -106,7 +109,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                 else:  # a coroutine that writes with context.write
                     await result
             finally:
-                self._released()
+                self._released(started)
 
         return admitted
 

@@ -8,11 +8,13 @@ in time; the order matters only in that each test repairs what it broke.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable
 
 import httpx
+import openai
 import pytest
 from grpc_health.v1 import health_pb2
 
@@ -130,7 +132,7 @@ def test_overload_over_grpc_gets_resource_exhausted_with_retry_info(fault_stack:
     assert report.lost == 0, counts(report)
     rejected = [r for r in report.results if r.outcome == "grpc_RESOURCE_EXHAUSTED"]
     assert rejected, f"no back-pressure at 50 calls/s: {counts(report)}"
-    assert all(r.retry_after_s == 1.0 and "in flight" in r.detail for r in rejected)  # RetryInfo from the router
+    assert all(r.retry_after_s >= 1.0 and "in flight" in r.detail for r in rejected)  # RetryInfo from the router
     assert {r.outcome for r in report.results} <= {"ok", "grpc_RESOURCE_EXHAUSTED"}, counts(report)
     assert report.completed >= 1
 
@@ -154,6 +156,55 @@ def test_clients_leaving_mid_stream_stop_the_engine_work(fault_stack: FaultStack
     took = wait_for(lambda: fault_stack.engine_running() == 0, 5.0, "engine work after clients left")
     print(f"engine running count back to 0 in {took:.2f} s")
     assert took <= 1.0
+
+
+LONG_ANSWER = {"max_tokens": 1500, "min_tokens": 1500}
+"""An answer that takes seconds of decoding on any CPU: far longer than the short deadlines below."""
+STORY = [{"role": "user", "content": "Tell me a very long story about the sea."}]
+
+
+def test_short_client_deadline_is_a_clear_504_and_the_engine_stops_the_work(fault_stack: FaultStack) -> None:
+    """The official client's read timeout (2 s) reaches the gateway as x-stainless-read-timeout: the answer is
+    the gateway's 504 (type timeout), not the client's own timeout, and the engine frees the request."""
+    client = openai.OpenAI(base_url=fault_stack.gateway_url + "/v1", api_key="unused", max_retries=0, timeout=2.0)
+    with pytest.raises(openai.APIStatusError) as err:  # openai.APITimeoutError would mean the gateway was late
+        client.chat.completions.create(model="macaron-chat", messages=STORY, max_tokens=LONG_ANSWER["max_tokens"],
+                                       extra_body={"min_tokens": LONG_ANSWER["min_tokens"]})
+    assert err.value.status_code == 504 and err.value.body["type"] == "timeout", err.value.body
+    took = wait_for(lambda: fault_stack.engine_running() == 0, 10.0, "engine work after the deadline")
+    print(f"engine running count back to 0 {took:.2f} s after the 504")
+
+
+def test_stream_past_its_deadline_ends_with_an_error_event_and_the_engine_stops(fault_stack: FaultStack) -> None:
+    body = {"model": "macaron-chat", "stream": True, "messages": STORY, **LONG_ANSWER}
+    with httpx.stream("POST", fault_stack.gateway_url + "/v1/chat/completions", json=body,
+                      headers={"x-macaron-timeout": "3", "x-session-id": uuid.uuid4().hex}, timeout=DEADLINE_S) as response:
+        assert response.status_code == 200
+        frames = (line[5:].strip() for line in response.iter_lines() if line.startswith("data:"))
+        next(f for f in frames if '"content":"' in f and '"content":""' not in f)  # a first token
+        assert fault_stack.engine_running() >= 1  # it runs in an engine
+        rest = list(frames)
+    assert rest[-1] == "[DONE]" and json.loads(rest[-2])["error"]["type"] == "timeout", rest[-2:]
+    wait_for(lambda: fault_stack.engine_running() == 0, 10.0, "engine work after the deadline")
+
+
+def test_sdk_deadline_is_deadline_exceeded_and_the_engine_stops_the_work(fault_stack: FaultStack) -> None:
+    """An SDK caller of a router: its gRPC deadline reaches the specialist and the engine call."""
+    from macaron.sdk import APITimeoutError, MacaronClient
+
+    with MacaronClient(fault_stack.router_targets[0], timeout=2.0, max_retries=0) as client:
+        with pytest.raises(APITimeoutError) as err:
+            client.chat.create(messages=STORY, specialist="chat", **LONG_ANSWER)
+    assert err.value.code.name == "DEADLINE_EXCEEDED"
+    wait_for(lambda: fault_stack.engine_running() == 0, 10.0, "engine work after the deadline")
+
+
+def test_long_client_deadline_still_completes(fault_stack: FaultStack) -> None:
+    client = openai.OpenAI(base_url=fault_stack.gateway_url + "/v1", api_key="unused", max_retries=0, timeout=DEADLINE_S)
+    completion = client.chat.completions.with_raw_response.create(
+        model="macaron-chat", messages=STORY, max_tokens=8, extra_headers={"x-macaron-timeout": str(DEADLINE_S)})
+    assert completion.status_code == 200
+    assert completion.parse().choices[0].finish_reason in ("stop", "length")
 
 
 def test_redis_killed_and_restarted(fault_stack: FaultStack) -> None:

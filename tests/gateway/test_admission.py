@@ -107,3 +107,27 @@ def test_no_limit_when_max_in_flight_is_zero(fake_router: FakeRouterServer) -> N
         for client in clients:
             client.close()
         server.stop()
+
+
+def test_retry_after_follows_the_recent_service_time() -> None:
+    """Four slots held about 8 s each: one frees every 2 s, so a refused caller is told 2 s (not the fixed floor)."""
+    from macaron.admission import AdmissionSettings, InFlightLimit
+
+    settings = AdmissionSettings(max_in_flight=4, retry_after_s=1.0, max_retry_after_s=30.0)
+    limit = InFlightLimit(4)
+    assert limit.retry_after_s(settings) == 1.0  # nothing finished yet: the floor
+    for held in (8.0, 8.0):
+        assert limit.try_acquire()
+        limit.release(held)
+    while limit.try_acquire():
+        pass
+    assert limit.retry_after_s(settings) == 2.0
+    limit.release(0.1)  # fast requests lately: never below the floor
+    for _ in range(30):
+        limit.try_acquire()
+        limit.release(0.1)
+    assert limit.retry_after_s(settings) == 1.0
+    for _ in range(30):  # very slow ones: never above the cap
+        limit.try_acquire()
+        limit.release(1000.0)
+    assert limit.retry_after_s(settings) == 30.0

@@ -46,6 +46,8 @@ KINDS = {"chat": pb.SPECIALIST_KIND_CHAT, "agent": pb.SPECIALIST_KIND_AGENT, "co
 class Call:
     request: pb.GenerateRequest
     metadata: dict[str, str]
+    deadline_s: float | None = None
+    """The call's gRPC deadline as it arrived (seconds left), None without one."""
 
 
 @dataclass
@@ -69,7 +71,7 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
 
     def Generate(self, request: pb.GenerateRequest, context: grpc.ServicerContext) -> Any:
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
-        self.calls.append(Call(request, metadata))
+        self.calls.append(Call(request, metadata, context.time_remaining()))
         text = next((m.content for m in reversed(request.messages) if m.role == pb.ROLE_USER), "")
         if request.HasField("prompt"):
             text = request.prompt

@@ -3,11 +3,15 @@
 A pure ASGI middleware in front of the routes: a refused request is answered before its body is
 read, before auth, validation, routing or any queue (429, `Retry-After`, OpenAI's error body with
 type `rate_limit_error` and code `server_overloaded`). An admitted request holds its slot until
-the app returns, that is until the last byte of a stream or the client's disconnect. Only the
+the app returns, that is until the last byte of a stream or the client's disconnect. Retry-After
+is about when a slot frees up (the recent time a request held one over the limit), at least
+`retry_after_s`. Only the
 work endpoints count; health, readiness, models, stats and metrics always answer.
 """
 
 from __future__ import annotations
+
+import time
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,14 +44,15 @@ class AdmissionMiddleware:
             await self._refuse(send)
             return
         self.metrics.admission_in_flight.set(self.limit.in_flight)
+        started = time.monotonic()
         try:
             await self.app(scope, receive, send)
         finally:
-            self.limit.release()
+            self.limit.release(time.monotonic() - started)
             self.metrics.admission_in_flight.set(self.limit.in_flight)
 
     async def _refuse(self, send: Send) -> None:
-        retry_after = self.settings.retry_after_s
+        retry_after = self.limit.retry_after_s(self.settings)
         error = GatewayError(429, overloaded_message(self.limit, retry_after), type="rate_limit_error",
                              code=OVERLOADED_CODE, retry_after_s=retry_after)
         # The unread body is discarded by the server; the connection stays open for the client's retry.

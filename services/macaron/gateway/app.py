@@ -9,6 +9,7 @@ limits counted in Redis or the in-process store). Nothing lives at module level:
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import asynccontextmanager
 from importlib import metadata
 from typing import AsyncIterator
@@ -26,6 +27,7 @@ from macaron.config import MacaronSettings
 from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
 from macaron.gateway.admission import AdmissionMiddleware
+from macaron.gateway.deadline import RECEIVED_AT_KEY
 from macaron.gateway.errors import GatewayError, from_validation
 from macaron.gateway.metrics import GatewayMetrics
 from macaron.gateway.routes import router
@@ -167,6 +169,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[RECEIVED_AT_KEY] = time.monotonic()  # deadlines count from here
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         request_id = telemetry.bind_request_id(headers.get(telemetry.REQUEST_ID_KEY))
         token = otel_context.attach(telemetry.extract(headers))

@@ -21,7 +21,7 @@ The gateway's own checks use the same envelope: 400 (validation, unsupported val
 model, too many messages), 401 (no or unknown key), 404 (unknown path or model id),
 413 (body over `gateway.max_body_bytes`), 429 (the key's rate limit, or `server_overloaded` from
 admission control, both with `Retry-After`),
-503 (draining, router unreachable).
+503 (draining, router unreachable), 504 (the client's deadline passed: macaron.gateway.deadline).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from macaron.auth import AuthError, Principal, RateLimitedError
 from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
 from macaron.gateway.body import parse_json_body
+from macaron.gateway.deadline import RECEIVED_AT_KEY, TIMEOUT_HEADER, Deadline, client_deadline
 from macaron.gateway.errors import GatewayError, bad_request, from_validation
 from macaron.gateway.serving_chat import SESSION_HEADER
 from macaron.gateway.stats import summarize
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 
 router = APIRouter()
 BodyT = TypeVar("BodyT", bound=BaseModel)
-_ERRORS = {status: {"model": p.ErrorResponse} for status in (400, 401, 413, 429, 503)}
+TIMEOUT_DOC = ("Seconds the client waits for the whole answer (default: the openai clients' x-stainless-read-timeout, "
+               "else gateway.router_timeout_s, which also caps it); past it the answer is a 504 of type `timeout`.")
+_ERRORS = {status: {"model": p.ErrorResponse} for status in (400, 401, 413, 429, 503, 504)}
 
 
 def _gateway(request: Request) -> Gateway:
@@ -88,6 +91,7 @@ async def chat_completions(
     request: Request,
     caller: tuple[Principal, str | None] = Depends(admit_chat),
     x_session_id: str | None = Header(None, description="Conversation id for specialist stickiness (else `user`)."),
+    _timeout: str | None = Header(None, alias=TIMEOUT_HEADER, description=TIMEOUT_DOC),
 ) -> Response:
     gateway = _gateway(request)
     token = caller[1]
@@ -101,8 +105,9 @@ async def chat_completions(
                           "messages", "too_many_messages")
     session_id = request.headers.get(SESSION_HEADER) or x_session_id or body.user
     request_id = telemetry.current_request_id() or telemetry.bind_request_id(None)
+    deadline = request_deadline(request, bool(body.stream))
     return await gateway.chat.create(body, api_key=token, session_id=session_id, request_id=request_id,
-                                     disconnected=lambda: client_disconnected(request))
+                                     disconnected=lambda: client_disconnected(request), deadline=deadline)
 
 
 @router.post(
@@ -117,6 +122,7 @@ async def completions(
     request: Request,
     caller: tuple[Principal, str | None] = Depends(admit_chat),
     x_session_id: str | None = Header(None, description="Conversation id for specialist stickiness (else `user`)."),
+    _timeout: str | None = Header(None, alias=TIMEOUT_HEADER, description=TIMEOUT_DOC),
 ) -> Response:
     body = await _read(request, pc.CompletionRequest)
     problem = body.unsupported()
@@ -125,9 +131,18 @@ async def completions(
         raise bad_request(message, param, "model_not_found" if param == "model" else "unsupported_value")
     session_id = request.headers.get(SESSION_HEADER) or x_session_id or body.user
     request_id = telemetry.current_request_id() or telemetry.bind_request_id(None)
+    deadline = request_deadline(request, bool(body.stream))
     return await _gateway(request).completions.complete(body, api_key=caller[1], session_id=session_id,
                                                        request_id=request_id,
-                                                       disconnected=lambda: client_disconnected(request))
+                                                       disconnected=lambda: client_disconnected(request),
+                                                       deadline=deadline)
+
+
+def request_deadline(request: Request, stream: bool) -> Deadline:
+    """The client's deadline (x-macaron-timeout, or the openai clients' read timeout), capped by router_timeout_s."""
+    settings = _gateway(request).settings
+    return client_deadline(request.headers, stream=stream, cap_s=settings.router_timeout_s,
+                           margin_s=settings.deadline_margin_s, received_at=request.scope.get(RECEIVED_AT_KEY))
 
 
 async def client_disconnected(request: Request) -> None:

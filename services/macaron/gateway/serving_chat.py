@@ -13,20 +13,23 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from macaron import telemetry
 from macaron.gateway import protocol as p
+from macaron.gateway.deadline import Deadline
 from macaron.gateway.errors import GatewayError, from_sdk
 from macaron.gateway.metrics import GatewayMetrics
 from macaron.sdk import APIError, AsyncMacaronClient, AsyncStream, ChatResult, Route, TokenLogprob, Usage
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "x-session-id"
+T = TypeVar("T")
 
 
 def route_headers(route: Route | None) -> dict[str, str]:
@@ -127,9 +130,12 @@ class ChatService:
         session_id: str | None,
         request_id: str,
         disconnected: Callable[[], Awaitable[None]] | None = None,
+        deadline: Deadline | None = None,
     ) -> Response:
         """The answer; `disconnected` returns when the client leaves, which cancels a non-streamed call
-        down to the engine (Starlette cancels nothing until the handler returns)."""
+        down to the engine (Starlette cancels nothing until the handler returns). `deadline` (the
+        client's) becomes the router call's gRPC deadline; past it the answer is a 504."""
+        deadline = deadline or Deadline(time.monotonic() + self.client.timeout)
         stream = bool(req.stream)
         labels = {"model": req.model, "stream": str(stream).lower()}
         start = time.monotonic()
@@ -143,8 +149,8 @@ class ChatService:
             client = self.client.with_options(api_key=api_key or "")
             params = sdk_params(req, session_id)
             if not stream:
-                result = await self._unless_disconnected(client.chat.create(**params, request_id=request_id),
-                                                         disconnected)
+                call = client.chat.create(**params, request_id=request_id, timeout=_time_left(deadline))
+                result = await self._unless_disconnected(call, disconnected)
                 if result is None:
                     self.metrics.disconnects.inc()
                     self._count(labels, 499)
@@ -154,7 +160,8 @@ class ChatService:
                 response = self._completion(result)
                 self._count(labels, 200, result.usage, result.route)
                 return response
-            sdk_stream = await client.chat.create(**params, request_id=request_id, stream=True)
+            sdk_stream = await started_by(
+                client.chat.create(**params, request_id=request_id, stream=True, timeout=_time_left(deadline)), deadline)
             self._observe_route(sdk_stream.route, req.model, start)
             handed_over = True
             return StreamingResponse(
@@ -163,10 +170,13 @@ class ChatService:
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no", **route_headers(sdk_stream.route)},
             )
         except APIError as exc:
-            error = from_sdk(exc)
+            error = deadline.expired_error() if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else from_sdk(exc)
             log.info("router answered %s: %s", exc.code.name, exc.message)
             self._count(labels, error.status)
             raise error from None
+        except GatewayError as exc:
+            self._count(labels, exc.status)
+            raise
         finally:
             otel_context.detach(span_token)
             span.end()  # a stream's span ends once its answer started (the router's spans cover the rest)
@@ -323,6 +333,25 @@ class ChatService:
             self._count(labels, status if finished or status != 200 else 499, usage, stream.route)
             self.metrics.in_flight.dec()
             self.metrics.latency.labels(**labels).observe(time.monotonic() - start)
+
+
+def _time_left(deadline: Deadline) -> float:
+    """The router call's timeout: what is left of the client's deadline (a 504 when nothing is)."""
+    left = deadline.remaining()
+    if left <= 0:
+        raise deadline.expired_error()
+    return left
+
+
+async def started_by(call: Awaitable[T], deadline: Deadline) -> T:
+    """The call's result (a stream, once its first chunk came), or a 504 when the stream must have
+    started (a read timeout) and did not: the call is cancelled, down to the engine."""
+    if deadline.first_chunk_by is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, deadline.first_chunk_remaining())
+    except TimeoutError:
+        raise deadline.expired_error() from None
 
 
 def _data(obj: Any) -> str:

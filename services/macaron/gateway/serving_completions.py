@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -23,8 +24,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from macaron import telemetry
 from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
+from macaron.gateway.deadline import Deadline
 from macaron.gateway.errors import GatewayError, from_sdk
-from macaron.gateway.serving_chat import ChatService, _data, error_frames, route_headers, usage_model
+from macaron.gateway.serving_chat import (ChatService, _data, _time_left, error_frames, route_headers, started_by,
+                                          usage_model)
 from macaron.sdk import APIError, AsyncStream, ChatResult, TokenLogprob, Usage
 
 log = logging.getLogger(__name__)
@@ -102,7 +105,9 @@ class CompletionService(ChatService):
         session_id: str | None,
         request_id: str,
         disconnected: Callable[[], Awaitable[None]] | None = None,
+        deadline: Deadline | None = None,
     ) -> Response:
+        deadline = deadline or Deadline(time.monotonic() + self.client.timeout)
         stream = bool(req.stream)
         labels = {"model": req.model, "stream": str(stream).lower()}
         start = time.monotonic()
@@ -116,7 +121,8 @@ class CompletionService(ChatService):
         try:
             client = self.client.with_options(api_key=api_key or "")
             params = completion_params(req, session_id)
-            calls = [client.completions.create(prompt=text, request_id=rid, stream=stream, **params)
+            timeout = _time_left(deadline)
+            calls = [client.completions.create(prompt=text, request_id=rid, stream=stream, timeout=timeout, **params)
                      for text, rid in zip(prompts, rids)]
             if not stream:
                 results = await self._unless_disconnected(_all(calls), disconnected)
@@ -128,7 +134,7 @@ class CompletionService(ChatService):
                 response = self._answer(req, results, request_id)
                 self._count(labels, 200, summed([r.usage for r in results]), results[0].route)
                 return response
-            streams: list[AsyncStream] = await _all(calls)
+            streams: list[AsyncStream] = await started_by(_all(calls), deadline)
             self._observe_route(streams[0].route, req.model, start)
             handed_over = True
             return StreamingResponse(
@@ -137,10 +143,13 @@ class CompletionService(ChatService):
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no", **route_headers(streams[0].route)},
             )
         except APIError as exc:
-            error = from_sdk(exc)
+            error = deadline.expired_error() if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else from_sdk(exc)
             log.info("router answered %s: %s", exc.code.name, exc.message)
             self._count(labels, error.status)
             raise error from None
+        except GatewayError as exc:
+            self._count(labels, exc.status)
+            raise
         finally:
             otel_context.detach(span_token)
             span.end()

@@ -31,7 +31,14 @@ class GatewaySettings(BaseModel):
     router_server_name: str | None = Field(
         None, description="Name to check the router's certificate against, when it differs from router_target's host."
     )
-    router_timeout_s: float = Field(600.0, description="Deadline of one request to the router (the whole stream).")
+    router_timeout_s: float = Field(
+        600.0, gt=0, description="Longest deadline of one request to the router (the whole stream); a client's shorter "
+        "deadline (x-macaron-timeout, or the openai clients' x-stainless-read-timeout) replaces it."
+    )
+    deadline_margin_s: float = Field(
+        2.0, ge=0, description="How long before a client's own deadline the gateway gives up and answers 504 (type "
+        "timeout), so the answer arrives before the client stops waiting; at most a quarter of the client's time."
+    )
     router_max_retries: int = Field(
         2, description="Retries of a router call that failed with UNAVAILABLE before its first chunk."
     )

@@ -2,7 +2,8 @@
 
 Each `send` fills a RequestResult: outcome, time to first token, end-to-end time, the route, the
 token counts (cached ones included). The caller owns the deadline (a request that outlives it is
-lost); transport-level timeouts are set a little later so they never decide first.
+lost) and tells the gateway (`x-macaron-timeout`), so work past it is stopped and answered 504;
+transport-level timeouts are set a little later so they never decide first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from macaron.loadgen.config import LoadConfig
 from macaron.loadgen.report import OK, RequestResult
 
 TIMEOUT_SLACK_S = 5.0
+TIMEOUT_HEADER = "x-macaron-timeout"
+"""The gateway's deadline header (macaron.gateway.deadline), named here to keep the load generator light."""
 
 
 class Transport(Protocol):
@@ -44,6 +47,7 @@ class RestTransport:
         self._httpx = httpx
         self.config = config
         headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        headers[TIMEOUT_HEADER] = f"{config.timeout_s:g}"  # the gateway answers 504 before this deadline, never late
         self.client = httpx.AsyncClient(
             base_url=config.target.rstrip("/"), headers=headers,
             timeout=httpx.Timeout(config.timeout_s + TIMEOUT_SLACK_S, connect=5.0),

@@ -23,9 +23,13 @@ LOGPROB_FLOOR = -9999.0
 
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {char: byte for byte, char in bytes_to_unicode().items()}
+    """GPT-2's byte-level alphabet, reversed: printable bytes stand for themselves, the other 68 for
+    chr(256 + n) in byte order (the same table as transformers' `bytes_to_unicode`, without importing it)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    others = [b for b in range(256) if b not in set(printable)]
+    table.update({chr(256 + n): b for n, b in enumerate(others)})
+    return table
 
 
 class TokenBytes:

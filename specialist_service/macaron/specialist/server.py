@@ -47,10 +47,20 @@ def tokenizer_dir(settings: MacaronSettings) -> Path:
 
 
 def load_tokenizer(settings: MacaronSettings) -> Any:
-    """The tokenizer (with its chat template) prompts are rendered and counted with."""
+    """The tokenizer (with its chat template) prompts are rendered and counted with.
+
+    From tokenizer.json and the chat template alone when the model has them (no transformers, so
+    no torch in this process: a specialist or router replica starts in a second, not tens), else
+    through transformers."""
+    from macaron.prompting.tokenizer import load_light_tokenizer
+
+    folder = tokenizer_dir(settings)
+    light = load_light_tokenizer(folder)
+    if light is not None:
+        return light
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir(settings)))
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def build_pipelines(settings: MacaronSettings, names: list[str], tokenizer: Any | None = None) -> dict[str, Pipeline]:

@@ -1,0 +1,116 @@
+"""The tokenizer without transformers renders and counts exactly as transformers does, and loads without torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from macaron.prompting import ChatRequest, Message, ToolCall, ToolChoice, ToolSpec, render
+from macaron.prompting.tokenizer import LightTokenizer, load_light_tokenizer
+from macaron.specialist.logprobs import TokenBytes
+
+
+@dataclass
+class P:
+    system_prompt: str = "You are the profile."
+    tool_call_prefix: str = "<tool_call>\n"
+
+
+WEATHER = ToolSpec("get_weather", "Weather now", {"type": "object", "properties": {"city": {"type": "string"}}})
+REQUESTS = {
+    "plain": ChatRequest(messages=(Message("user", "Hello there!"),)),
+    "systems and turns": ChatRequest(messages=(
+        Message("system", "Be brief."), Message("user", "Hi"), Message("assistant", "Hello."),
+        Message("system", "late rule"), Message("user", "Naïve café, 東京 and emoji 🚀?"))),
+    "tools and results": ChatRequest(messages=(
+        Message("user", "Weather in Paris?"),
+        Message("assistant", "", tool_calls=(ToolCall("call_1", "get_weather", '{"city": "Paris", "days": [1, 2]}'),)),
+        Message("tool", '{"temp": 21}', tool_call_id="call_1"), Message("user", "And in Zürich?")),
+        tools=(WEATHER,)),
+    "forced call": ChatRequest(messages=(Message("user", "hi"),), tools=(WEATHER,), tool_choice=ToolChoice("required")),
+    "tools hidden": ChatRequest(messages=(Message("user", "hi"),), tools=(WEATHER,), tool_choice=ToolChoice("none")),
+}
+
+
+@pytest.fixture(scope="module", params=["tiny", "smollm2"])
+def model_dir(request: pytest.FixtureRequest, macaron_cache_dir: Path) -> Path:
+    if request.param == "tiny":
+        return request.getfixturevalue("tiny_model").model_dir
+    from macaron.assets.smollm2 import ensure_smollm2_model
+
+    return ensure_smollm2_model(macaron_cache_dir, progress=False).model_dir
+
+
+@pytest.fixture(scope="module")
+def pair(model_dir: Path) -> tuple[LightTokenizer, object]:
+    from transformers import AutoTokenizer
+
+    light = load_light_tokenizer(model_dir)
+    assert light is not None
+    return light, AutoTokenizer.from_pretrained(str(model_dir))
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+def test_same_prompt_text_and_token_ids_as_transformers(pair, name: str) -> None:
+    light, hf = pair
+    text = render(REQUESTS[name], P(), light)
+    assert text == render(REQUESTS[name], P(), hf)
+    ids = light(text, add_special_tokens=False)["input_ids"]
+    assert ids == hf(text, add_special_tokens=False)["input_ids"] and len(ids) > 5
+    assert light.decode(ids) == hf.decode(ids)
+    assert light.convert_ids_to_tokens(ids) == hf.convert_ids_to_tokens(ids)
+
+
+def test_token_bytes_and_limits_match(pair) -> None:
+    light, hf = pair
+    ids = light.encode("Naïve café 東京 🚀\n\tx = {'a': 1}", add_special_tokens=False)
+    assert [TokenBytes(light)(i) for i in ids] == [TokenBytes(hf)(i) for i in ids]
+    assert light.model_max_length == hf.model_max_length
+    assert light.special_tokens["eos_token"] == hf.eos_token
+
+
+def test_generation_prompt_and_tokenize_options(pair) -> None:
+    light, hf = pair
+    conversation = [{"role": "user", "content": "hi"}]
+    for flag in (False, True):
+        assert light.apply_chat_template(conversation, add_generation_prompt=flag) == hf.apply_chat_template(
+            conversation, add_generation_prompt=flag, tokenize=False)
+    assert light.apply_chat_template(conversation, tokenize=True) == light.encode(
+        light.apply_chat_template(conversation), add_special_tokens=False)
+
+
+def test_template_errors_surface_as_in_transformers(tmp_path: Path, model_dir: Path) -> None:
+    import jinja2
+
+    for name in ("tokenizer.json",):
+        (tmp_path / name).write_bytes((model_dir / name).read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": {"content": "<|im_end|>", "special": True},
+        "chat_template": [{"name": "default", "template": "{{ raise_exception('no ' + eos_token) }}"}]}))
+    light = load_light_tokenizer(tmp_path)
+    assert light is not None and light.special_tokens == {"eos_token": "<|im_end|>"}
+    with pytest.raises(jinja2.exceptions.TemplateError, match="no <|im_end|>"):
+        light.apply_chat_template([{"role": "user", "content": "hi"}])
+    (tmp_path / "tokenizer_config.json").write_text("{}")  # no chat template: the caller falls back to transformers
+    assert load_light_tokenizer(tmp_path) is None
+    assert load_light_tokenizer(tmp_path / "missing") is None
+
+
+def test_specialist_loads_its_tokenizer_without_torch(model_dir: Path) -> None:
+    """What a specialist (or Ray Serve specialist replica) does at start: no transformers, hence no torch."""
+    script = (
+        "import sys\n"
+        "from macaron.config import MacaronSettings\n"
+        "from macaron.specialist.server import build_pipelines, load_tokenizer\n"
+        f"settings = MacaronSettings(specialists={{'tokenizer_path': {str(model_dir)!r}}})\n"
+        "tokenizer = load_tokenizer(settings)\n"
+        "pipelines = build_pipelines(settings, ['chat', 'agent', 'code', 'ui'], tokenizer)\n"
+        "print(type(tokenizer).__name__, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["LightTokenizer", "False", "False"], out.stderr[-2000:]
