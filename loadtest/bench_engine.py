@@ -197,12 +197,14 @@ def ttft_phase(eng: LLMEngine, prompt_len: int, adapter: str | None, repeats: in
 
 
 # --- 3. the machine's matmul limit ---------------------------------------------------------------
-def stack_weights(eng: LLMEngine) -> list[torch.Tensor]:
-    """Every weight matrix a decode step multiplies by, in order: per layer qkv, o, gate_up, down; lm_head."""
+def stack_weights(eng: LLMEngine, dense: bool = True) -> list[torch.Tensor]:
+    """Every weight matrix a decode step multiplies by, in order: per layer qkv, o, gate_up, down; lm_head.
+    dense: plain row-major copies of the ones the engine packed for oneDNN (else the engine's own)."""
     ws: list[torch.Tensor] = []
     for layer in eng.runner.model.layers:
         ws += [layer.qkv, layer.o, layer.gate_up, layer.down]
-    return ws + [eng.runner.model.lm_head]
+    ws.append(eng.runner.model.lm_head)
+    return [w.to_dense() if dense and w.is_mkldnn else w for w in ws]
 
 
 def lora_flops_per_token(eng: LLMEngine, adapter_names: list[str]) -> float:
@@ -218,9 +220,13 @@ def lora_flops_per_token(eng: LLMEngine, adapter_names: list[str]) -> float:
 
 
 @torch.inference_mode()
-def matmul_peak(weights: list[torch.Tensor], batch: int, repeats: int, best: dict | None = None) -> dict:
-    """FLOP/s of [batch, in] @ W.T over the whole stack, best pass: plain torch.matmul, and the engine's
-    `linear` (which splits wide outputs); the peak is the better of the two. Passing the previous
+def matmul_peak(
+    weights: list[torch.Tensor], batch: int, repeats: int, best: dict | None = None,
+    engine_weights: list[torch.Tensor] | None = None,
+) -> dict:
+    """FLOP/s of [batch, in] @ W.T over the whole stack, best pass: plain torch.matmul on the row-major
+    weights, and the engine's `linear` on the engine's own (`engine_weights`: packed for oneDNN on
+    CPU, else split wide outputs); the peak is the better of the two. Passing the previous
     result keeps the best over calls (the bench runs a few passes after each decode round, so that
     the limit and decode see the same load from elsewhere on the machine)."""
     xs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
@@ -231,7 +237,7 @@ def matmul_peak(weights: list[torch.Tensor], batch: int, repeats: int, best: dic
             torch.matmul(xs[w.shape[1]], w.t())
 
     def engine_linear() -> None:
-        for w in weights:
+        for w in engine_weights or weights:
             linear(xs[w.shape[1]], w)
 
     out = dict(best or {"matmul": 0.0, "linear": 0.0})
@@ -451,10 +457,11 @@ def main() -> None:
 
     phase("decode")
     weights = stack_weights(eng)
+    engine_weights = stack_weights(eng, dense=False)
     peak: dict = {}
 
     def peak_passes() -> None:
-        peak.update(matmul_peak(weights, a.batch, 3, peak or None))
+        peak.update(matmul_peak(weights, a.batch, 3, peak or None, engine_weights))
 
     tps = decode_phase(eng, prompts, names, new_tokens, repeats, between=peak_passes)
     bar.update()
@@ -557,6 +564,7 @@ def main() -> None:
         "mixed_over_llamacpp": round(tps["mixed"] / llama_tps, 2) if llama_tps else None,
         "llamacpp_skipped_because": llama_why,
         "base_weight_mb": round(mem.base_weight_bytes * mb, 1),
+        "packed_head_copy_mb": round(mem.packed_head_copy_bytes * mb, 1),
         "adapters_mb": round(adapter_bytes * mb, 1),
         "adapter_pool_bytes": mem.adapter_pool_bytes,
         "adapter_pool_bytes_on_accelerator": mem.adapter_pool_bytes_on_accelerator,
@@ -628,6 +636,8 @@ def main() -> None:
          "llama-server, same adapters, per-request LoRA" if llama_tps else (llama_why or "")),
         ("  mixed / llama.cpp", f"{r['mixed_over_llamacpp']:.2f}x" if llama_tps else "-", ""),
         ("base weights", f"{r['base_weight_mb']:.1f} MB", f"{r['dtype']}"),
+        ("  packed head copy", f"{r['packed_head_copy_mb']:.1f} MB",
+         "tied embeddings: the output projection's copy packed for oneDNN (cpu_weight_packing)"),
         (f"adapters ({len(names)}), host", f"{r['adapters_mb']:.1f} MB",
          ", ".join(f"{k} {v * mb:.1f}" for k, v in mem.adapter_bytes.items())),
         ("  adapters / base", f"{r['adapters_over_base_bytes']:.4f}", "host copies"),
@@ -639,7 +649,7 @@ def main() -> None:
         ("KV cache", f"{r['kv_cache_mb']:.1f} MB", f"preallocated, {kv_tokens} tokens"),
         ("KV copies, at most", f"{r['kv_copy_max_mb']:.1f} MB",
          "contiguous K/V of long-context rows and spare buffers for reuse (decode_kv_copy_tokens)"),
-        ("total held", f"{r['total_mb']:.1f} MB", "weights + adapters + pool + KV + live KV copies (none now)"),
+        ("total held", f"{r['total_mb']:.1f} MB", "weights (+ packed head copy) + adapters + pool + KV + live KV copies (none now)"),
         ("peak RSS (engine)", f"{r['peak_rss_mb']:.1f} MB", f"with PEFT loaded: {r['peak_rss_with_peft_mb']:.1f} MB"),
         ("threads / wall", f"{threads} / {r['wall_s']:.1f} s", "torch threads for engine, PEFT and ceilings"),
         ("CPU share", f"{cpu_share:.2f}", "CPU time / (wall x threads); well under 1: a busy machine, noisy figures"),

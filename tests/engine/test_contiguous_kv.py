@@ -47,6 +47,7 @@ def test_long_decode_equals_transformers_and_copies_are_dropped(tiny_assets, tin
     assert mem.kv_copy_max_bytes == store.max_bytes > 0
     assert mem.total_bytes == (
         mem.base_weight_bytes + mem.adapter_host_bytes + mem.adapter_pool_bytes + mem.kv_cache_bytes + mem.kv_copy_bytes
+        + mem.packed_head_copy_bytes
     )
 
 

@@ -204,7 +204,7 @@ async def test_server_info_lists_adapters_and_bytes(engine: EngineTarget) -> Non
         assert memory["adapter_pool_bytes_on_accelerator"] > 0
         assert memory["total_bytes"] == (
             memory["base_weight_bytes"] + memory["adapter_host_bytes"] + memory["adapter_pool_bytes"] + memory["kv_cache_bytes"]
-            + memory["kv_copy_bytes"]
+            + memory["kv_copy_bytes"] + memory["packed_head_copy_bytes"]
         )
         assert memory["kv_copy_max_bytes"] > 0  # long-context rows' contiguous K/V copies: their cap
         assert info["model_path"] and info["incremental_streaming_output"] is False

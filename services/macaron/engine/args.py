@@ -59,6 +59,14 @@ class EngineArgs(BaseModel):
         "event loop and the other services on the machine keep a core; multi-threaded GEMMs stall badly "
         "when one of their threads is descheduled).",
     )
+    cpu_weight_packing: bool = Field(
+        True,
+        description="On CPU with float32 weights, reorder every weight matrix once at start into oneDNN's "
+        "packed layout (SGLang's CPU backend and torch.compile's freezing do the same): decode GEMMs run "
+        "1.6-2.7x faster than on the plain layout (logits equal within float32 rounding). "
+        "Memory: the same, except with tied embeddings, where the output projection keeps a packed copy of "
+        "the embedding matrix (reported as packed_head_copy_bytes). False: plain F.linear (MKL).",
+    )
     # --- LoRA ---
     lora_paths: list[str] = Field(
         default_factory=list,

@@ -65,7 +65,7 @@ class LLMEngine:
         num_blocks = max(1, args.max_total_tokens // args.kv_block_size)
         self.runner = ModelRunner(
             model_dir, dtype=self.dtype, device=self.device, num_blocks=num_blocks, block_size=args.kv_block_size,
-            contiguous_kv_tokens=args.decode_kv_copy_tokens,
+            contiguous_kv_tokens=args.decode_kv_copy_tokens, pack_weights=args.cpu_weight_packing,
         )
         shape = self.runner.shape
         self.vocab_size = shape.vocab_size
@@ -231,6 +231,7 @@ class LLMEngine:
         adapters = {name: a.nbytes for name, a in list(self.lora.adapters.items())}
         return MemoryUsage(
             base_weight_bytes=self.runner.weight_bytes,
+            packed_head_copy_bytes=self.runner.packed_head_copy_bytes,
             adapter_bytes=adapters,
             kv_cache_bytes=self.runner.kv_cache_bytes,
             kv_copy_bytes=self.runner.contiguous_kv_bytes,

@@ -50,12 +50,13 @@ class ModelRunner:
         num_blocks: int,
         block_size: int,
         contiguous_kv_tokens: int | None = None,
+        pack_weights: bool = True,
     ) -> None:
         self.device = device
         self.dtype = dtype
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.model: CausalLM = load_model(model_dir, dtype, device)
+        self.model: CausalLM = load_model(model_dir, dtype, device, pack=pack_weights)
         self.shape: ModelShape = self.model.shape
         s = self.shape
         n_slots = num_blocks * block_size
@@ -78,7 +79,12 @@ class ModelRunner:
 
     @property
     def weight_bytes(self) -> int:
-        return sum(p.nbytes for p in {id(p): p for p in self.model.parameters()}.values())
+        return self.model.weight_bytes
+
+    @property
+    def packed_head_copy_bytes(self) -> int:
+        """The tied output projection's packed copy (CPU weight packing; 0 otherwise)."""
+        return self.model.packed_head_copy_bytes
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -113,15 +113,18 @@ class MemoryUsage:
     ones, kept for reuse within kv_copy_max_bytes."""
     kv_copy_max_bytes: int = 0
     """The most those copies may hold (decode_kv_copy_tokens)."""
+    packed_head_copy_bytes: int = 0
+    """CPU weight packing with tied embeddings: the output projection's packed copy of the embedding
+    matrix (the lookup reads the plain one); 0 otherwise."""
     device: str = "cpu"
 
     @property
     def total_bytes(self) -> int:
-        """Everything resident on this process's devices: weights, adapters (host + pool), KV cache
-        and its live contiguous copies."""
+        """Everything resident on this process's devices: weights (and a packed head copy), adapters
+        (host + pool), KV cache and its live contiguous copies."""
         return (
-            self.base_weight_bytes + self.adapter_host_bytes + self.adapter_pool_bytes + self.kv_cache_bytes
-            + self.kv_copy_bytes
+            self.base_weight_bytes + self.packed_head_copy_bytes + self.adapter_host_bytes + self.adapter_pool_bytes
+            + self.kv_cache_bytes + self.kv_copy_bytes
         )
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from macaron.engine.models.layers import BatchContext, attention, linear, lora_delta, rope
+from macaron.engine.models.layers import BatchContext, attention, linear, lora_delta, pack_weight, rope
 
 if TYPE_CHECKING:
     from macaron.engine.lora_manager import LoRAPool
@@ -155,6 +155,11 @@ class DecoderLayer(nn.Module):
         self.down = nn.Parameter(torch.empty(s.hidden_size, s.intermediate_size, dtype=dtype))
         self.scale = s.head_dim**-0.5
 
+    def pack(self) -> list[torch.Tensor]:
+        """Replaces the four projection matrices by their packed form (`pack_weight`); returns the
+        packed tensors that replaced a parameter."""
+        return [t for name in ("qkv", "o", "gate_up", "down") if (t := _pack_parameter(self, name)) is not None]
+
     def forward(
         self,
         h: torch.Tensor,
@@ -215,6 +220,35 @@ class CausalLM(nn.Module):
         inv_freq, attn_scaling = rope_inv_freq(config_dict, shape.head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.attn_scaling = attn_scaling
+        self.packed: list[torch.Tensor] = []
+        """Packed weights that replaced a parameter (same bytes, another layout)."""
+        self.packed_head_copy: torch.Tensor | None = None
+        """With tied embeddings, the output projection's packed copy (the embedding lookup keeps the plain one)."""
+
+    def pack_weights(self) -> None:
+        """Packs every matrix a step multiplies by for the CPU (`layers.pack_weight`); a no-op where
+        packing does not apply. Call after moving the model to its device."""
+        for layer in self.layers:
+            self.packed += layer.pack()
+        if self.shape.tie_word_embeddings:
+            head = pack_weight(self.embed.data)
+            if head is not self.embed.data:
+                delattr(self, "lm_head")  # the embedding itself, registered under a second name
+                self.lm_head = head
+                self.packed_head_copy = head
+        elif (head := _pack_parameter(self, "lm_head")) is not None:
+            self.packed.append(head)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the model's weights, plain and packed (each counted once; not the tied head's copy)."""
+        params = sum(p.nbytes for p in {id(p): p for p in self.parameters()}.values())
+        return params + sum(t.numel() * t.element_size() for t in self.packed)
+
+    @property
+    def packed_head_copy_bytes(self) -> int:
+        t = self.packed_head_copy
+        return 0 if t is None else t.numel() * t.element_size()
 
     def rope_cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[:, None].float() * self.inv_freq[None, :]
@@ -242,8 +276,20 @@ def load_config(model_dir: Path) -> dict:
     return json.loads((model_dir / "config.json").read_text())
 
 
-def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> CausalLM:
-    """Builds CausalLM from a Hugging Face directory (single or sharded safetensors)."""
+def _pack_parameter(module: nn.Module, name: str) -> torch.Tensor | None:
+    """Swaps parameter `name` of `module` for its packed form; None (nothing changed) when packing does not apply."""
+    plain = getattr(module, name)
+    packed = pack_weight(plain.data)
+    if packed is plain.data:
+        return None
+    delattr(module, name)
+    setattr(module, name, packed)
+    return packed
+
+
+def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device, pack: bool = False) -> CausalLM:
+    """Builds CausalLM from a Hugging Face directory (single or sharded safetensors); `pack`:
+    reorder the matrices for the CPU's GEMM (`CausalLM.pack_weights`)."""
     from safetensors import safe_open
 
     cfg = load_config(model_dir)
@@ -262,7 +308,10 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> Cau
             for key in f.keys():
                 tensors[key] = f.get_tensor(key)
     _assign(model, tensors, shape, dtype)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    if pack:
+        model.pack_weights()
+    return model
 
 
 def _assign(model: CausalLM, t: dict[str, torch.Tensor], shape: ModelShape, dtype: torch.dtype) -> None:
