@@ -22,9 +22,13 @@ import numpy as np
 
 from macaron.router.classifier.data import LABELS, Example
 from macaron.router.classifier.model import combine, softmax
+from macaron.router.classifier.settings import ClassifierSettings
 from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, may_escalate, refers_back, stack
 
 KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
+# The classifier's default switch gate (ClassifierSettings.min_switch_confidence), so hold-out figures
+# measure the decision a router makes.
+MIN_SWITCH_CONFIDENCE = ClassifierSettings.model_fields["min_switch_confidence"].default
 
 
 @dataclass
@@ -113,9 +117,11 @@ def fit(data: TurnData) -> TurnModel:
     return _fit(data, np.arange(len(data.y)))
 
 
-def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def predict(model: TurnModel, data: TurnData, rows: Sequence[int],
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
     """Predicted label indices and whether each escalated, as the classifier decides: the fast
-    stage, then the escalated stage when unsure (an open tool loop with a session stays)."""
+    stage, then the escalated stage when unsure (an open tool loop with a session stays), and a
+    session left only for a specialist at least `min_switch_confidence` likely (decision.py's gate)."""
     out, escalated = [], []
     for r in rows:
         rule = data.rule_session[r]
@@ -127,7 +133,10 @@ def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.n
         unsure = bool(p.max() < data.threshold) and may_escalate(data.fast[r])
         if unsure:
             p = model.probabilities(data.escalated[r], escalated=True)
-        out.append(int(p.argmax()))
+        best, session = int(p.argmax()), data.fast[r].session
+        if session is not None and best != session and p[best] < min_switch_confidence:
+            best = session
+        out.append(best)
         escalated.append(unsure)
     return np.array(out, dtype=int), np.array(escalated, dtype=bool)
 
@@ -146,15 +155,17 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
     return out
 
 
-def holdout(data: TurnData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Kinds' accuracy with the conversation model fitted without each repository of the new turn."""
+def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE) -> dict[str, Any]:
+    """Kinds' accuracy with the conversation model fitted without each repository of the new turn,
+    deciding as the classifier does (with its switch gate)."""
     pred = np.zeros(len(data.y), dtype=int)
     escalated = np.zeros(len(data.y), dtype=bool)
     names = sorted(set(data.groups))
     for name in names:
         held = np.where(data.groups == name)[0]
         model = _fit(data, np.where(data.groups != name)[0])
-        pred[held], escalated[held] = predict(model, data, held)
+        pred[held], escalated[held] = predict(model, data, held, min_switch_confidence)
     sessions = [i.session for i in data.fast]
     per_repo = {}
     for name in names:
