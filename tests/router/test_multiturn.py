@@ -20,9 +20,10 @@ from .conftest import subset
 # questions ("what is the difference between deductive and inductive reasoning?"), labelled `agent`
 # because the conversation declared tools, now read as `chat`.
 MULTITURN_FAST_FLOORS = {"stay": 0.80, "continue": 0.95, "switch": 0.80, "tool_loop": 1.0}
-# Measured on these subsets: stay 0.80, continue 0.97, switch 0.79, tool loop 1.0 (the generic
-# follow-ups written for the project are one held-out group: without them stays fall to 0.58).
-HOLDOUT_FLOORS = {"stay": 0.70, "continue": 0.90, "switch": 0.74, "tool_loop": 1.0}
+# Measured on these subsets, deciding with the switch gate as the classifier does: stay 0.86, continue
+# 0.91, switch 0.77, tool loop 1.0 (the generic follow-ups written for the project are one held-out
+# group: without them stays fall to 0.73).
+HOLDOUT_FLOORS = {"stay": 0.80, "continue": 0.85, "switch": 0.72, "tool_loop": 1.0}
 
 CODE_HISTORY = [
     {"role": "user", "content": "Write a Python function that parses an ISO 8601 date string and returns a datetime."},
