@@ -173,4 +173,29 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
         per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m])
     pooled = kind_metrics(data.y, pred, data.kinds, sessions)
     pooled["escalation_rate"] = round(float(escalated.mean()), 4)
-    return {"pooled": pooled, "per_repository": per_repo}
+    return {"pooled": pooled, "per_repository": per_repo, "errors": error_analysis(data, pred)}
+
+
+def error_analysis(data: TurnData, pred: np.ndarray) -> dict[str, Any]:
+    """Why hold-out decisions fail, per kind: the share of lines whose last turn alone (fast path)
+    names the right specialist (what a decision that read only the last turn would get), and the
+    errors counted as `label->decided` with whether the decision kept the session's specialist or the
+    last turn alone was already wrong."""
+    out: dict[str, Any] = {}
+    kinds = np.array(data.kinds)
+    last = np.array([int(i.p_last.argmax()) for i in data.fast])
+    sessions = np.array([-1 if i.session is None else i.session for i in data.fast])
+    for kind in KIND_NAMES:
+        m = kinds == kind
+        if not m.any():
+            continue
+        wrong = np.where(m & (pred != data.y))[0]
+        counts: dict[str, int] = defaultdict(int)
+        for i in wrong:
+            cause = "kept_session" if pred[i] == sessions[i] else ("last_turn_wrong" if last[i] != data.y[i] else "other")
+            counts[f"{LABELS[data.y[i]]}->{LABELS[pred[i]]} ({cause})"] += 1
+        out[kind] = {
+            "last_turn_alone_right": round(float((last[m] == data.y[m]).mean()), 4),
+            "errors": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        }
+    return out
