@@ -13,16 +13,15 @@ from macaron.router.classifier.train import TrainConfig, train
 
 from .conftest import subset
 
-# Floors a little under what the shipped artifact measures on its fast path (stay 0.858, continue
-# 1.0, switch 0.850, tool loop 1.0; see the README), so a regression fails and noise does not. The
-# dev set was rebuilt with the public dataset sources (SGD and Web-Bench follow-ups); on the previous
-# dev set, escalating, stays went 0.840 -> 0.792: glaive's later turns that are general-knowledge
-# questions ("what is the difference between deductive and inductive reasoning?"), labelled `agent`
-# because the conversation declared tools, now read as `chat`.
-MULTITURN_FAST_FLOORS = {"stay": 0.80, "continue": 0.95, "switch": 0.80, "tool_loop": 1.0}
-# Measured on these subsets: stay 0.80, continue 0.97, switch 0.79, tool loop 1.0 (the generic
-# follow-ups written for the project are one held-out group: without them stays fall to 0.58).
-HOLDOUT_FLOORS = {"stay": 0.70, "continue": 0.90, "switch": 0.74, "tool_loop": 1.0}
+# Floors a little under what the shipped artifact measures on its fast path on the rebuilt dev set
+# (stay 0.929, continue 1.0, switch 0.835, tool loop 1.0; see the README), so a regression fails and
+# noise does not. glaive's samples that declare no functions (general-knowledge later turns that were
+# labelled `agent`) left the multi-turn data, which raised dev stays from 0.879 to 0.929 with the same model.
+MULTITURN_FAST_FLOORS = {"stay": 0.88, "continue": 0.95, "switch": 0.80, "tool_loop": 1.0}
+# Measured on these subsets, deciding with the switch gate as the classifier does: stay 0.86, continue
+# 0.91, switch 0.77, tool loop 1.0 (the generic follow-ups written for the project are one held-out
+# group: without them stays fall to 0.73).
+HOLDOUT_FLOORS = {"stay": 0.80, "continue": 0.85, "switch": 0.72, "tool_loop": 1.0}
 
 CODE_HISTORY = [
     {"role": "user", "content": "Write a Python function that parses an ISO 8601 date string and returns a datetime."},

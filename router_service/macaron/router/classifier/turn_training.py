@@ -22,9 +22,13 @@ import numpy as np
 
 from macaron.router.classifier.data import LABELS, Example
 from macaron.router.classifier.model import combine, softmax
+from macaron.router.classifier.settings import ClassifierSettings
 from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, may_escalate, refers_back, stack
 
 KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
+# The classifier's default switch gate (ClassifierSettings.min_switch_confidence), so hold-out figures
+# measure the decision a router makes.
+MIN_SWITCH_CONFIDENCE = ClassifierSettings.model_fields["min_switch_confidence"].default
 
 
 @dataclass
@@ -113,9 +117,11 @@ def fit(data: TurnData) -> TurnModel:
     return _fit(data, np.arange(len(data.y)))
 
 
-def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def predict(model: TurnModel, data: TurnData, rows: Sequence[int],
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
     """Predicted label indices and whether each escalated, as the classifier decides: the fast
-    stage, then the escalated stage when unsure (an open tool loop with a session stays)."""
+    stage, then the escalated stage when unsure (an open tool loop with a session stays), and a
+    session left only for a specialist at least `min_switch_confidence` likely (decision.py's gate)."""
     out, escalated = [], []
     for r in rows:
         rule = data.rule_session[r]
@@ -127,7 +133,10 @@ def predict(model: TurnModel, data: TurnData, rows: Sequence[int]) -> tuple[np.n
         unsure = bool(p.max() < data.threshold) and may_escalate(data.fast[r])
         if unsure:
             p = model.probabilities(data.escalated[r], escalated=True)
-        out.append(int(p.argmax()))
+        best, session = int(p.argmax()), data.fast[r].session
+        if session is not None and best != session and p[best] < min_switch_confidence:
+            best = session
+        out.append(best)
         escalated.append(unsure)
     return np.array(out, dtype=int), np.array(escalated, dtype=bool)
 
@@ -146,15 +155,17 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
     return out
 
 
-def holdout(data: TurnData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Kinds' accuracy with the conversation model fitted without each repository of the new turn."""
+def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE) -> dict[str, Any]:
+    """Kinds' accuracy with the conversation model fitted without each repository of the new turn,
+    deciding as the classifier does (with its switch gate)."""
     pred = np.zeros(len(data.y), dtype=int)
     escalated = np.zeros(len(data.y), dtype=bool)
     names = sorted(set(data.groups))
     for name in names:
         held = np.where(data.groups == name)[0]
         model = _fit(data, np.where(data.groups != name)[0])
-        pred[held], escalated[held] = predict(model, data, held)
+        pred[held], escalated[held] = predict(model, data, held, min_switch_confidence)
     sessions = [i.session for i in data.fast]
     per_repo = {}
     for name in names:
@@ -162,4 +173,29 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None) -> di
         per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m])
     pooled = kind_metrics(data.y, pred, data.kinds, sessions)
     pooled["escalation_rate"] = round(float(escalated.mean()), 4)
-    return {"pooled": pooled, "per_repository": per_repo}
+    return {"pooled": pooled, "per_repository": per_repo, "errors": error_analysis(data, pred)}
+
+
+def error_analysis(data: TurnData, pred: np.ndarray) -> dict[str, Any]:
+    """Why hold-out decisions fail, per kind: the share of lines whose last turn alone (fast path)
+    names the right specialist (what a decision that read only the last turn would get), and the
+    errors counted as `label->decided` with whether the decision kept the session's specialist or the
+    last turn alone was already wrong."""
+    out: dict[str, Any] = {}
+    kinds = np.array(data.kinds)
+    last = np.array([int(i.p_last.argmax()) for i in data.fast])
+    sessions = np.array([-1 if i.session is None else i.session for i in data.fast])
+    for kind in KIND_NAMES:
+        m = kinds == kind
+        if not m.any():
+            continue
+        wrong = np.where(m & (pred != data.y))[0]
+        counts: dict[str, int] = defaultdict(int)
+        for i in wrong:
+            cause = "kept_session" if pred[i] == sessions[i] else ("last_turn_wrong" if last[i] != data.y[i] else "other")
+            counts[f"{LABELS[data.y[i]]}->{LABELS[pred[i]]} ({cause})"] += 1
+        out[kind] = {
+            "last_turn_alone_right": round(float((last[m] == data.y[m]).mean()), 4),
+            "errors": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        }
+    return out
