@@ -1,7 +1,9 @@
-"""Decode at a long context, attention read three ways in one run: gathered from the paged cache
+"""Decode at a long context, attention read four ways in one run: gathered from the paged cache
 every step; in place from each row's contiguous K/V copy built at its first decode step by
-gathering the blocks (the engine before); and the engine's default, where the copy is written as
-the row prefills and its prefix-cache part comes from a sibling's copy or from block runs.
+gathering the blocks (the engine before); each row over its own copy written as it prefills,
+its prefix-cache part from a sibling's copy or from block runs (`per_row`, cascade attention
+off); and the engine's default, the same copies with cascade attention, where the rows behind
+one cached prefix read it once per group (`copy`).
 
     python loadtest/profile_decode.py --context 4096 --batch 8
     py-spy record --format raw -o prof.txt -- python loadtest/profile_decode.py --context 1024
@@ -11,7 +13,8 @@ Rows share one long random prefix (prefilled once per adapter, then served by th
 and differ in their last 16 tokens, so the run times decode, not prefill. The arms alternate,
 best of --repeats each; tokens/s counts decode steps only, wall_s is the whole arm (the rows'
 16-token prefill chunks included, where copies are now built). Under py-spy, each arm's samples
-sit below its own function (`decode_gather`, `decode_copy_at_decode`, `decode_copy`), so
+sit below its own function (`decode_gather`, `decode_copy_at_decode`, `decode_per_row`,
+`decode_copy`), so
 `--shares` splits the profile by arm. Progress to stderr;
 the last stdout line is one JSON object.
 """
@@ -45,6 +48,15 @@ def decode_copy(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     return engine_decode_tps(eng, prompts, adapters, new_tokens)
 
 
+def decode_per_row(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
+    """Each row attends over its own copy (cascade attention off: the engine before it)."""
+    eng.runner.cascade_attention = False
+    try:
+        return engine_decode_tps(eng, prompts, adapters, new_tokens)
+    finally:
+        eng.runner.cascade_attention = True
+
+
 def decode_copy_at_decode(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     """Copies as the engine made them before: only at the first decode step, gathered from the blocks."""
     eng.runner.contiguous.incremental = False
@@ -70,7 +82,8 @@ def shares(raw: Path) -> dict:
             if arm in names:
                 c["all"] += int(n)
                 for key, fn in (("attention", "attention"), ("gather", "gather"),
-                                ("attend_contiguous", "attend_contiguous"), ("copy_build", "acquire"),
+                                ("attend_contiguous", "attend_contiguous"), ("cascade", "attend_cascade"),
+                                ("copy_build", "acquire"),
                                 ("linear", "linear"), ("lora", "lora_delta")):
                     if fn in names:
                         c[key] += int(n)
@@ -81,7 +94,12 @@ def shares(raw: Path) -> dict:
     }
 
 
-ARMS = {"gather": "decode_gather", "copy_at_decode": "decode_copy_at_decode", "copy": "decode_copy"}
+ARMS = {
+    "gather": "decode_gather",
+    "copy_at_decode": "decode_copy_at_decode",
+    "per_row": "decode_per_row",
+    "copy": "decode_copy",
+}
 
 
 def main() -> None:
@@ -91,6 +109,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--mixed", action="store_true", help="four adapters mixed (default: base only)")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
     ap.add_argument("--shares", type=Path, help="print attention's share per arm from a py-spy raw profile, and exit")
     a = ap.parse_args()
     if a.shares:
@@ -108,11 +127,12 @@ def main() -> None:
     prompts = long_prompts(eng.vocab_size, a.batch, a.context)
     print(f"prefilling the {a.context}-token prefix under {len(set(adapters))} adapter(s)", file=sys.stderr)
     warm_prefix(eng, prompts[0], set(adapters))
-    fns = {"gather": decode_gather, "copy_at_decode": decode_copy_at_decode, "copy": decode_copy}
+    every = {"gather": decode_gather, "copy_at_decode": decode_copy_at_decode, "per_row": decode_per_row, "copy": decode_copy}
+    fns = {arm: every[arm] for arm in a.arms.split(",")}
     best = dict.fromkeys(fns, 0.0)
     wall = dict.fromkeys(fns, float("inf"))
     for i in range(a.repeats):
-        order = list(fns)[i % 3 :] + list(fns)[: i % 3]
+        order = list(fns)[i % len(fns) :] + list(fns)[: i % len(fns)]
         for arm in order:
             t0 = time.perf_counter()
             tps = fns[arm](eng, prompts, adapters, a.new_tokens)
@@ -126,8 +146,12 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         **{f"{arm}_tok_s": round(v, 2) for arm, v in best.items()},
         **{f"{arm}_wall_s": round(v, 2) for arm, v in wall.items()},
-        "copy_over_gather": round(best["copy"] / best["gather"], 2),
-        "copy_over_copy_at_decode": round(best["copy"] / best["copy_at_decode"], 2),
+        **{
+            f"copy_over_{arm}": round(best["copy"] / best[arm], 2)
+            for arm in ("gather", "copy_at_decode", "per_row")
+            if arm in best and "copy" in best
+        },
+        "wall_copy_over_per_row": round(wall["copy"] / wall["per_row"], 2) if {"copy", "per_row"} <= set(wall) else None,
         "kv_copy_max_mb": round(eng.runner.contiguous.max_bytes / 2**20, 1),
         "built_tokens": eng.runner.contiguous.built_tokens,
     }

@@ -93,6 +93,15 @@ class EngineArgs(BaseModel):
         "many extra tokens of KV; buffers of finished rows are kept for reuse within it (reported as "
         "kv_copy_bytes). Default: max_total_tokens; 0 turns them off.",
     )
+    cascade_attention: bool = Field(
+        True,
+        description="Decode rows behind the same cached prefix (a prefix-cache hit on the same blocks, hence the "
+        "same adapter version) attend to that prefix once per group: one batched matmul of the group's queries "
+        "against one copy of it, each row's own suffix apart, the two softmaxes merged exactly by log-sum-exp "
+        "(FlashInfer's cascade attention). Applies to rows with contiguous K/V copies sharing 64+ tokens. "
+        "Logits equal the per-row path within float32 rounding. Memory: unchanged (each row still keeps its "
+        "own copy). False: every row reads its own copy.",
+    )
     kv_events_config: str | None = Field(
         None,
         description="Publish KV-cache events (blocks stored, removed, cache cleared) over ZeroMQ, as SGLang's "

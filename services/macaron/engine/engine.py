@@ -66,6 +66,7 @@ class LLMEngine:
         self.runner = ModelRunner(
             model_dir, dtype=self.dtype, device=self.device, num_blocks=num_blocks, block_size=args.kv_block_size,
             contiguous_kv_tokens=args.decode_kv_copy_tokens, pack_weights=args.cpu_weight_packing,
+            cascade_attention=args.cascade_attention,
         )
         shape = self.runner.shape
         self.vocab_size = shape.vocab_size

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from macaron.engine.cascade import shared_prefix_groups
 from macaron.engine.contiguous_kv import ContiguousKV, ContiguousKVStore
 from macaron.engine.lora_manager import LoRAPool
 from macaron.engine.models.layers import BatchContext, PrefillChunk
@@ -51,10 +52,13 @@ class ModelRunner:
         block_size: int,
         contiguous_kv_tokens: int | None = None,
         pack_weights: bool = True,
+        cascade_attention: bool = True,
     ) -> None:
         self.device = device
         self.dtype = dtype
         self.block_size = block_size
+        self.cascade_attention = cascade_attention
+        """Decode rows behind the same cached prefix read it once per group (`macaron.engine.cascade`)."""
         self.num_blocks = num_blocks
         self.model: CausalLM = load_model(model_dir, dtype, device, pack=pack_weights)
         self.shape: ModelShape = self.model.shape
@@ -144,6 +148,9 @@ class ModelRunner:
             decode_mask = mask[:, None, None, :]
             if len(gathered) < len(step.decode):
                 decode_gathered = torch.tensor(gathered_rows, dtype=torch.long, device=self.device)
+        cascade = []
+        if self.cascade_attention and len(contiguous) > 1:
+            cascade, contiguous = shared_prefix_groups(contiguous, self.block_size)
         logits_index = list(range(len(step.decode)))
         prefills: list[PrefillChunk] = []
         for seq, n in step.prefill:
@@ -177,6 +184,7 @@ class ModelRunner:
             decode_mask=decode_mask,
             decode_gathered=decode_gathered,
             decode_contiguous=contiguous,
+            decode_cascade=cascade,
             prefills=prefills,
             logits_index=torch.tensor(logits_index, dtype=torch.long, device=self.device),
         )
@@ -190,7 +198,7 @@ class ModelRunner:
         input_ids, ctx = self.prepare(step, pool)
         use_pool = pool if ctx.lora_segments else None
         logits = self.model(input_ids, ctx, self.kv_caches, use_pool)
-        for _, copy, pos in ctx.decode_contiguous:
+        for _, copy, pos in ctx.decode_contiguous + [m for g in ctx.decode_cascade for m in g.members]:
             copy.length = pos + 1
         for chunk in ctx.prefills:
             if chunk.copy is not None:

@@ -4,7 +4,8 @@ per-row LoRA delta, RoPE, and attention over the paged KV cache.
 A step's tokens are flat ([T, ...]): decode rows first (one token each), then prefill chunks.
 Decode rows with a short context attend together in one SDPA call over their gathered cache
 slots (padded, masked); rows with a long context read their own contiguous copy of the cache in
-place (`macaron.engine.contiguous_kv`); each prefill chunk attends on its own (plain causal when
+place (`macaron.engine.contiguous_kv`), and groups of them behind the same cached prefix read
+that prefix once (`macaron.engine.cascade`); each prefill chunk attends on its own (plain causal when
 it is the whole context; over its request's contiguous copy in place when it has one, else over
 its gathered context).
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from macaron.engine.cascade import CascadeGroup, attend_cascade
 from macaron.engine.contiguous_kv import ContiguousKV, attend_contiguous
 
 if TYPE_CHECKING:
@@ -61,6 +63,9 @@ class BatchContext:
     """Which decode rows the gathered tensors above are (indices); None: all of them."""
     decode_contiguous: list[tuple[int, ContiguousKV, int]] = field(default_factory=list)
     """(decode row, its contiguous K/V copy, the position it writes) of each long-context row."""
+    decode_cascade: list[CascadeGroup] = field(default_factory=list)
+    """Groups of long-context rows behind the same cached prefix (`macaron.engine.cascade`): each
+    group reads the prefix once; its rows are not in `decode_contiguous`."""
     lora_segments: list[tuple[int, int, int]] | None = None
     """(adapter slot, first token, end token) of each run of tokens that share an adapter; base
     tokens are in no segment. None: no adapter rows this step."""
@@ -157,6 +162,15 @@ def attention(
         kv[0, :, pos].copy_(k[row])
         kv[1, :, pos].copy_(v[row])
         out[row] = attend_contiguous(q[row], kv[0, :, : pos + 1], kv[1, :, : pos + 1], scale)
+    for group in ctx.decode_cascade:
+        suffixes = []
+        for row, copy, pos in group.members:
+            kv = copy.data[layer]
+            kv[0, :, pos].copy_(k[row])
+            kv[1, :, pos].copy_(v[row])
+            suffixes.append(kv[:, :, group.prefix_len : pos + 1])
+        prefix = group.leader.data[layer, :, :, : group.prefix_len]
+        out.index_copy_(0, group.rows, attend_cascade(q.index_select(0, group.rows), prefix, suffixes, scale))
     for start, length, kv_index, mask, copy, position in ctx.prefills:
         qp = q[start : start + length].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
         if copy is not None:
