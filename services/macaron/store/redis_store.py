@@ -191,7 +191,11 @@ class RedisStore:
             return False
 
     async def reset(self) -> None:
-        await self._redis.connection_pool.disconnect()
+        # idle connections only: closing one another call is using under it (the breaker resets the pool at the
+        # first timeout, while others may still be reading) fails that call with a bare RuntimeError (uvloop's
+        # "the handler is closed"), not a store error, and its request with UNKNOWN; a broken in-use connection
+        # is dropped by its own call's error
+        await self._redis.connection_pool.disconnect(inuse_connections=False)
 
     async def close(self) -> None:
         await self._redis.aclose()
