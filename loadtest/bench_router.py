@@ -23,6 +23,8 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    that replica's KV cache (one unmeasured request straight to the specialist put it there), so the
    engine's work is the same on both paths; p50 and p99 of the per-pair difference, and where it
    goes (the router's own step times, the router → specialist hop, the caller → router hop);
+   with --arm-b, router b runs other settings (or another checkout's code, via PYTHONPATH) and the
+   pairs alternate between routers a and b, so both arms are measured in one run on one stack;
 4. a multi-turn workload shaped like production, with KV pressure: sessions of all four
    specialists (each session forced to its own, so every arm serves it with the same adapter),
    sharing 4 application system prompts across specialists (each specialist's own profile prompt
@@ -119,9 +121,10 @@ class Proc:
         self._log.close()
 
 
-def macaron(name: str, args: list[str], workdir: Path, config: Path | None = None) -> Proc:
+def macaron(name: str, args: list[str], workdir: Path, config: Path | None = None,
+            env: dict[str, str] | None = None) -> Proc:
     argv = [sys.executable, "-m", "macaron.cli", *(["--config", str(config)] if config else []), *args]
-    return Proc(name, argv, workdir, env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    return Proc(name, argv, workdir, env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})})
 
 
 def wait_http(proc: Proc, url: str, deadline: float) -> None:
@@ -254,7 +257,8 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
         for name, port in stack.routers.items():
             policy = "round_robin" if name == "rr" else "prefix_affinity"
             procs.append(macaron(f"router-{name}", ["router", "--port", str(port), "--policy", policy,
-                                                    "--router-id", f"bench-{name}"], workdir, stack.config))
+                                                    "--router-id", f"bench-{name}"], workdir, stack.config,
+                                 env=args.arm_b if name == "b" else None))
         deadline = time.monotonic() + START_TIMEOUT_S
         for i, url in enumerate(stack.engines):
             wait_http(next(p for p in procs if p.name == f"engine{i}"), url + "/health", deadline)
@@ -674,28 +678,33 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
             "route_steps_p90_ms": {k: pct(v, 90) for k, v in steps.items()}}
 
 
-async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifier: Any) -> dict[str, Any]:
+async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifier: Any,
+                           arms: tuple[str, ...] = ("a",)) -> dict[str, Any]:
     """Paired: each prompt through router → specialist and straight to the same specialist and replica, the
     order alternating. Both paths send the same prompt and find it whole in the replica's KV cache (it went
     there once before, straight to the specialist, so the router saw nothing of it): the engine's work is the
     same on both, and the difference is the router's, not the noise of two prefills (hundreds of ms on shared
     CPUs). The specialist of the warm-up is this process's copy of the router's classifier; a pair where the
-    router chose another specialist or replica is counted (`ttft_pairs_off_warm`)."""
+    router chose another specialist or replica is counted (`ttft_pairs_off_warm`).
+
+    `arms`: the routers compared (("a", "b"): router b runs with `--arm-b`'s settings); pairs alternate between
+    them in blocks of two, so each arm sees both orders. The first arm's figures are the main keys; each other
+    arm's are under `arm_<name>`."""
     from macaron.v1 import common_pb2 as pb
 
     engines = senders.stack.engines
-    diffs, via_router, direct, judged, off_warm, in_request = [], [], [], [], 0, []
-    parts: dict[str, list[float]] = {}
-    cached_share = {"router": [], "direct": []}
-    for i in range(n + 4):
-        msgs = [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {users[i]}"}]
+    pairs: dict[str, list[tuple[Turn, Turn, bool]]] = {arm: [] for arm in arms}
+    off_warm: dict[str, int] = {arm: 0 for arm in arms}
+    for i in range(n + 4 * len(arms)):
+        arm = arms[(i // 2) % len(arms)]
+        msgs = [{"role": "user", "content": f"(ref {uuid.uuid4().hex[:6]}) {users[i % len(users)]}"}]
         specialist = str(classifier.classify(messages=msgs).specialist)
         replica = engines[i % len(engines)]
         await senders.grpc_turn(senders.specialists[specialist], senders.proto(msgs, hint=replica))
         await asyncio.sleep(0.05)  # the engine's KV events reach the routers' index
 
         async def routed() -> tuple[Turn, str]:
-            return await senders.grpc_turn(senders.routers["a"], senders.proto(msgs))
+            return await senders.grpc_turn(senders.routers[arm], senders.proto(msgs))
 
         async def straight() -> Turn:
             return (await senders.grpc_turn(senders.specialists[specialist],
@@ -707,31 +716,38 @@ async def bench_added_ttft(senders: Senders, n: int, users: list[str], classifie
         else:
             plain = await straight()
             turn, chosen = await routed()
-        if i < 4:  # warm-up excluded
+        if i < 4 * len(arms):  # warm-up excluded
             continue
-        off_warm += chosen != specialist or turn.replica.rstrip("/") != replica.rstrip("/")
-        via_router.append(turn.ttft_s * 1000)
-        direct.append(plain.ttft_s * 1000)
-        diffs.append(turn.ttft_s * 1000 - plain.ttft_s * 1000)
-        judged.append(turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT))
-        if "upstream_ttft_ms" in turn.timing:  # same request: the caller's TTFT minus the specialist's as the router saw it
-            in_request.append(turn.ttft_s * 1000 - turn.timing["upstream_ttft_ms"])
-        cached_share["router"].append(turn.cached_tokens / max(1, turn.prompt_tokens))
-        cached_share["direct"].append(plain.cached_tokens / max(1, plain.prompt_tokens))
+        off_warm[arm] += chosen != specialist or turn.replica.rstrip("/") != replica.rstrip("/")
+        pairs[arm].append((turn, plain, turn.reason in (pb.ROUTE_REASON_JUDGE, pb.ROUTE_REASON_DEFAULT)))
+    out = {**added_ttft_summary(pairs[arms[0]]), "ttft_pairs_off_warm": off_warm[arms[0]]}
+    for arm in arms[1:]:
+        out[f"arm_{arm}"] = {**added_ttft_summary(pairs[arm]), "ttft_pairs_off_warm": off_warm[arm]}
+    return out
+
+
+def added_ttft_summary(pairs: list[tuple[Turn, Turn, bool]]) -> dict[str, Any]:
+    """The paired figures of one router's pairs: (routed turn, direct turn, whether the judge was asked)."""
+    diffs = [(turn.ttft_s - plain.ttft_s) * 1000 for turn, plain, _ in pairs]
+    plain_diffs = [d for d, (_, _, judged) in zip(diffs, pairs) if not judged]
+    in_request = [turn.ttft_s * 1000 - turn.timing["upstream_ttft_ms"] for turn, _, _ in pairs
+                  if "upstream_ttft_ms" in turn.timing]  # the caller's TTFT minus the specialist's as the router saw it
+    parts: dict[str, list[float]] = {}
+    for turn, plain, _ in pairs:
         for key, value in added_breakdown(turn, plain).items():
             parts.setdefault(key, []).append(value)
-    plain_diffs = [d for d, j in zip(diffs, judged) if not j]
     return {
+        "ttft_pairs": len(pairs),
         "added_breakdown_p50_ms": {k: pct(v, 50) for k, v in parts.items()},
         "added_breakdown_p99_ms": {k: pct(v, 99) for k, v in parts.items()},
-        "judged_share": sum(judged) / len(judged),
-        "ttft_pairs_off_warm": off_warm,
-        "ttft_cached_share": {k: statistics.fmean(v) for k, v in cached_share.items()},
-        "router_ttft_p50_ms": pct(via_router, 50),
-        "direct_ttft_p50_ms": pct(direct, 50),
+        "judged_share": sum(j for _, _, j in pairs) / len(pairs),
+        "ttft_cached_share": {"router": statistics.fmean(t.cached_tokens / max(1, t.prompt_tokens) for t, _, _ in pairs),
+                              "direct": statistics.fmean(p.cached_tokens / max(1, p.prompt_tokens) for _, p, _ in pairs)},
+        "router_ttft_p50_ms": pct([t.ttft_s * 1000 for t, _, _ in pairs], 50),
+        "direct_ttft_p50_ms": pct([p.ttft_s * 1000 for _, p, _ in pairs], 50),
         "router_added_ttft_ms_p50": pct(diffs, 50),
         "router_added_ttft_ms_p99": pct(diffs, 99),
-        "router_added_ttft_ms_p50_unjudged": pct(plain_diffs, 50),
+        "router_added_ttft_ms_p50_unjudged": pct(plain_diffs, 50) if plain_diffs else float("nan"),
         "router_added_ttft_ms_p50_in_request": pct(in_request, 50),
         "router_added_ttft_ms_p99_in_request": pct(in_request, 99),
     }
@@ -825,22 +841,31 @@ async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[s
                        out: dict[str, Any]) -> None:
     quick = args.quick
     t = time.monotonic()
-    log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose):")
-    out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:], classifier))
-    log(f"  via router p50 {out['router_ttft_p50_ms']:.1f} ms, direct p50 {out['direct_ttft_p50_ms']:.1f} ms, "
-        f"paired difference p50 {out['router_added_ttft_ms_p50']:.1f} ms p99 {out['router_added_ttft_ms_p99']:.1f} ms "
-        f"({out['judged_share']:.0%} went to the judge; p50 without them "
-        f"{out['router_added_ttft_ms_p50_unjudged']:.1f} ms)  ({time.monotonic() - t:.1f} s)")
-    log(f"  within each routed request (its TTFT minus the specialist's TTFT as the router saw it: the caller -> "
+    arms = ("a", "b") if args.arm_b else ("a",)
+    log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose)"
+        + (f"; router a (as configured) and router b ({', '.join(f'{k}={v}' for k, v in args.arm_b.items())}) "
+           "alternating:" if args.arm_b else ":"))
+    out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:], classifier, arms))
+    log(f"  ({time.monotonic() - t:.1f} s)")
+    for arm in arms:
+        log_added_ttft(f"router {arm}", out if arm == arms[0] else out[f"arm_{arm}"])
+
+
+def log_added_ttft(name: str, r: dict[str, Any]) -> None:
+    log(f"  {name} ({r['ttft_pairs']} pairs): via router p50 {r['router_ttft_p50_ms']:.1f} ms, direct p50 "
+        f"{r['direct_ttft_p50_ms']:.1f} ms, paired difference p50 {r['router_added_ttft_ms_p50']:.1f} ms p99 "
+        f"{r['router_added_ttft_ms_p99']:.1f} ms ({r['judged_share']:.0%} went to the judge; p50 without them "
+        f"{r['router_added_ttft_ms_p50_unjudged']:.1f} ms)")
+    log(f"    within each routed request (its TTFT minus the specialist's TTFT as the router saw it: the caller -> "
         f"router hop, the router's work, the relay; no second prefill in it): p50 "
-        f"{out['router_added_ttft_ms_p50_in_request']:.1f} ms p99 {out['router_added_ttft_ms_p99_in_request']:.1f} ms")
-    log(f"  prompt share served from cache: via router {out['ttft_cached_share']['router']:.0%}, direct "
-        f"{out['ttft_cached_share']['direct']:.0%}; pairs where the router left the warm specialist or replica: "
-        f"{out['ttft_pairs_off_warm']}")
-    log("  where the added time goes (per pair; p50 / p99 ms; the router's steps overlap where it runs them "
+        f"{r['router_added_ttft_ms_p50_in_request']:.1f} ms p99 {r['router_added_ttft_ms_p99_in_request']:.1f} ms")
+    log(f"    prompt share served from cache: via router {r['ttft_cached_share']['router']:.0%}, direct "
+        f"{r['ttft_cached_share']['direct']:.0%}; pairs where the router left the warm specialist or replica: "
+        f"{r['ttft_pairs_off_warm']}")
+    log("    where the added time goes (per pair; p50 / p99 ms; the router's steps overlap where it runs them "
         "side by side):")
-    for key, p50 in out["added_breakdown_p50_ms"].items():
-        log(f"    {key:<58} {p50:8.2f} / {out['added_breakdown_p99_ms'][key]:8.2f}")
+    for key, p50 in r["added_breakdown_p50_ms"].items():
+        log(f"      {key:<58} {p50:8.2f} / {r['added_breakdown_p99_ms'][key]:8.2f}")
 
 
 async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Senders, users: list[str],
@@ -928,7 +953,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="Comma-separated parts to measure (default: all): classify, route, ttft (router-added "
                         "TTFT, paired, with its breakdown), placement (the multi-turn arms); smg starts only for "
                         "placement.")
+    parser.add_argument("--arm-b", action="append", default=[], metavar="ENV=VALUE",
+                        help="Runs router b with this environment setting (repeatable; a MACARON_ setting, e.g. "
+                        "MACARON_ROUTER__LIFECYCLE__USAGE_COALESCE_S=0, or PYTHONPATH to run another checkout's "
+                        "code): the ttft part then alternates its pairs between router a (as configured) and "
+                        "router b, in one run on one stack.")
     args = parser.parse_args(argv)
+    if any("=" not in a or not (a.startswith("MACARON_") or a.startswith("PYTHONPATH=")) for a in args.arm_b):
+        parser.error("--arm-b takes MACARON_...=VALUE or PYTHONPATH=... settings")
+    args.arm_b = dict(a.split("=", 1) for a in args.arm_b)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
     if args.repeats < 1:

@@ -130,3 +130,47 @@ async def test_usage_of_every_router_is_summed_and_a_silent_router_stops_countin
         assert (await versions.usage("code", stale_s=0.2))["v1"][0] == 2
     finally:
         await store.close()
+
+
+async def test_usage_changes_go_out_after_the_coalescing_window_every_specialist_in_one_write(redis_url: str) -> None:
+    """A request's start and end are published after `coalesce_s` (off its path to the first token), both
+    specialists' hashes in one write; the heartbeat (30 s) is not what published them."""
+    import asyncio
+
+    from macaron.lifecycle.usage import UsageTracker
+
+    prefix = f"test-usage-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore(redis_url, key_prefix=prefix)
+    tracker = UsageTracker(store, "r1", heartbeat_s=30.0, coalesce_s=0.1)
+    try:
+        versions = VersionStore(store, {n: SpecialistState.initial(n, n, "v1") for n in ("code", "chat")})
+        tracker.start()
+        await asyncio.sleep(0.05)
+        tracker.begin("code", "v1")
+        tracker.begin("chat", "v1")
+        for _ in range(100):  # published within the window plus a store round trip, long before the heartbeat
+            if (await versions.usage("code", stale_s=10.0)).get("v1", (0, 0.0))[0] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert (await versions.usage("code", stale_s=10.0))["v1"][0] == 1
+        assert (await versions.usage("chat", stale_s=10.0))["v1"][0] == 1
+        tracker.end("code", "v1")
+        for _ in range(100):
+            if (await versions.usage("code", stale_s=10.0))["v1"][0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await versions.usage("code", stale_s=10.0))["v1"][0] == 0
+        assert (await versions.usage("chat", stale_s=10.0))["v1"][0] == 1
+    finally:
+        await tracker.stop()
+        await store.close()
+
+
+def test_usage_coalescing_must_be_shorter_than_the_heartbeat() -> None:
+    from pydantic import ValidationError
+
+    from macaron.lifecycle.settings import LifecycleSettings
+
+    with pytest.raises(ValidationError, match="usage_coalesce_s"):
+        LifecycleSettings(usage_heartbeat_s=0.3, usage_coalesce_s=0.3)
+    assert LifecycleSettings(usage_heartbeat_s=0.3, usage_coalesce_s=0.0).usage_coalesce_s == 0.0

@@ -52,6 +52,22 @@ async def test_hashes_merge_and_read_in_one_call(store: Store) -> None:
     assert await store.hgetall_many([]) == []
 
 
+async def test_chain_depths_are_counted_in_the_same_call_as_the_hashes(store: Store) -> None:
+    """Per field of the marks hash: how many chain hashes, from the first, hold it with its mark (a stale mark, a
+    gap or a missing hash ends the count; a field absent from the marks is not counted at all)."""
+    await store.hset("marks", {"r1": b"e1", "r2": b"e2", "r3": b"e3"}, ttl_s=30)
+    await store.hset("c0", {"r1": b"e1", "r2": b"e2", "r4": b"e4"}, ttl_s=30)
+    await store.hset("c1", {"r1": b"e1", "r2": b"old"}, ttl_s=30)
+    await store.hset("c2", {"r1": b"e1", "r2": b"e2"}, ttl_s=30)
+    await store.hset("c4", {"r1": b"e1"}, ttl_s=30)  # c3 missing: r1 stops at 3
+    await store.hset("other", {"x": b"1"}, ttl_s=30)
+    rows, depths = await store.hgetall_many_and_depths(["other", "nope"], "marks", ["c0", "c1", "c2", "c3", "c4"])
+    assert rows == [{"x": b"1"}, {}]
+    assert depths == {"r1": 3, "r2": 1, "r3": 0}
+    assert (await store.hgetall_many_and_depths([], "no-marks", ["c0"])) == ([], {})
+    assert (await store.hgetall_many_and_depths(["other"], "marks", []))[1] == {"r1": 0, "r2": 0, "r3": 0}
+
+
 async def test_hbatch_applies_sets_and_deletes_in_order(store: Store) -> None:
     await store.hbatch([("set", "h", {"a": b"1", "b": b"2"}), ("del", "h", ["a"]), ("set", "g", {"x": b"9"}),
                         ("del", "g", ["x"]), ("set", "g", {"y": b"8"}), ("del", "missing", ["z"])], ttl_s=0.3)

@@ -110,6 +110,10 @@ class GatedStore:
     async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
         return await self._call(lambda: self.store.hgetall_many(keys))
 
+    async def hgetall_many_and_depths(self, keys: Sequence[str], marks_key: str, chain: Sequence[str]
+                                      ) -> tuple[list[dict[str, bytes]], dict[str, int]]:
+        return await self._call(lambda: self.store.hgetall_many_and_depths(keys, marks_key, chain))
+
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         await self._call(lambda: self.store.hbatch(ops, ttl_s))
 

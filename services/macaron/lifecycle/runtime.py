@@ -45,7 +45,8 @@ class VersionRuntime:
         self.versions = VersionStore(store, dict(defaults))
         self.inventory = AdapterInventory(self.engines, replicas, refresh_s=settings.inventory_refresh_s,
                                           on_refreshed=self._provision)
-        self.usage = UsageTracker(store, router_id, heartbeat_s=settings.usage_heartbeat_s)
+        self.usage = UsageTracker(store, router_id, heartbeat_s=settings.usage_heartbeat_s,
+                                  coalesce_s=settings.usage_coalesce_s)
         if scorer is None and settings.gate_scorer:
             scorer = load_scorer(settings.gate_scorer)
         gate = PromotionGate(scorer, settings.gate_margin) if scorer is not None else None

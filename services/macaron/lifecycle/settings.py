@@ -5,7 +5,7 @@ Importing this module stays light (pydantic only): the configuration imports it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from macaron.auth.settings import ApiKeyEntry
 
@@ -58,6 +58,11 @@ class LifecycleSettings(BaseModel):
         120.0, description="Unload gives up (the version stays loaded, retiring) if it is still used after this long."
     )
     usage_heartbeat_s: float = Field(1.0, description="How often a router republishes its per-version usage.")
+    usage_coalesce_s: float = Field(
+        0.05, ge=0, description="A router publishes a version's start or end of use this long after it happens, every "
+        "specialist in one write: the write a request triggers lands after it left for its specialist, off its path "
+        "to the first token. Shorter than usage_heartbeat_s; 0: at once.",
+    )
     usage_stale_s: float = Field(10.0, description="Usage of a router silent this long no longer counts.")
     gate_margin: float = Field(
         0.02, description="Promotion gate: a new version is refused when its eval score is below stable's by more."
@@ -68,3 +73,10 @@ class LifecycleSettings(BaseModel):
     auto_rollback: AutoRollbackSettings = Field(
         default_factory=AutoRollbackSettings, description="Automatic rollback of a bad canary."
     )
+
+    @model_validator(mode="after")
+    def _coalesce_within_heartbeat(self) -> "LifecycleSettings":
+        if self.usage_coalesce_s >= self.usage_heartbeat_s:
+            raise ValueError(f"usage_coalesce_s ({self.usage_coalesce_s}) must be shorter than usage_heartbeat_s "
+                             f"({self.usage_heartbeat_s})")
+        return self

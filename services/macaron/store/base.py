@@ -15,6 +15,20 @@ HashOp = tuple[Literal["set", "del"], str, Union[Mapping[str, bytes], Sequence[s
 """One write of Store.hbatch."""
 
 
+def chain_depths(chain: Sequence[Mapping[str, bytes]], marks: Mapping[str, bytes]) -> dict[str, int]:
+    """Per field of `marks`: how many hashes of `chain`, from the first, hold that field with that mark (what
+    `Store.hgetall_many_and_depths` computes on the server)."""
+    out: dict[str, int] = {}
+    for name, mark in marks.items():
+        depth = 0
+        for row in chain:
+            if row.get(name) != mark:
+                break
+            depth += 1
+        out[name] = depth
+    return out
+
+
 class StoreUnavailableError(ConnectionError):
     """The store did not answer within its deadline; callers degrade instead of failing."""
 
@@ -48,6 +62,13 @@ class Store(Protocol):
 
     async def hgetall_many(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
         """Every field of each hash, in one round trip; {} for a missing key."""
+        ...
+
+    async def hgetall_many_and_depths(self, keys: Sequence[str], marks_key: str, chain: Sequence[str]
+                                      ) -> tuple[list[dict[str, bytes]], dict[str, int]]:
+        """`hgetall_many(keys)` and, in the same round trip, for each field of the hash `marks_key` (a name →
+        its mark), how many hashes of `chain`, from the first, hold that field with that mark. The server
+        counts (one small reply instead of every hash of the chain)."""
         ...
 
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:

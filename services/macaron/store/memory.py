@@ -10,7 +10,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
-from macaron.store.base import HashOp, RateLimitResult
+from macaron.store.base import HashOp, RateLimitResult, chain_depths
 
 
 class MemoryStore:
@@ -74,6 +74,12 @@ class MemoryStore:
             value = self._live(key)
             out.append(dict(value) if isinstance(value, dict) else {})
         return out
+
+    async def hgetall_many_and_depths(self, keys: Sequence[str], marks_key: str, chain: Sequence[str]
+                                      ) -> tuple[list[dict[str, bytes]], dict[str, int]]:
+        rows = await self.hgetall_many(keys)
+        (marks,) = await self.hgetall_many([marks_key])
+        return rows, chain_depths(await self.hgetall_many(chain), marks)
 
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         for kind, key, what in ops:

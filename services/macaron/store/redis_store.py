@@ -43,6 +43,35 @@ return {1, limit - used - cost, 0}
 """
 
 
+_CHAIN_DEPTHS_LUA = """
+local marks = redis.call('HGETALL', KEYS[1])
+local live, depth, out, n = {}, {}, {}, 0
+for i = 1, #marks, 2 do
+  live[marks[i]] = marks[i + 1]
+  depth[marks[i]] = 0
+  n = n + 1
+end
+for k = 2, #KEYS do
+  if n == 0 then break end
+  for field, mark in pairs(live) do
+    if redis.call('HGET', KEYS[k], field) == mark then
+      depth[field] = depth[field] + 1
+    else
+      live[field] = nil
+      n = n - 1
+    end
+  end
+end
+for i = 1, #marks, 2 do
+  out[#out + 1] = marks[i]
+  out[#out + 1] = depth[marks[i]]
+end
+return out
+"""
+"""KEYS[1]: a hash of name -> mark; KEYS[2..]: a chain of hashes. Per name, how many of the chain, from the first,
+hold the name with its mark (the KV-cache index's per-replica prefix depth; see Store.hgetall_many_and_depths)."""
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
@@ -109,6 +138,21 @@ class RedisStore:
         results = await self._call(run())
         return [{k.decode(): v for k, v in r.items()} for r in results]
 
+    async def hgetall_many_and_depths(self, keys: Sequence[str], marks_key: str, chain: Sequence[str]
+                                      ) -> tuple[list[dict[str, bytes]], dict[str, int]]:
+        async def run() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(self._k(key))
+            # EVAL, not EVALSHA: a pipeline cannot retry on NOSCRIPT; the server keeps the compiled script by hash
+            pipe.eval(_CHAIN_DEPTHS_LUA, 1 + len(chain), self._k(marks_key), *(self._k(k) for k in chain))
+            return await pipe.execute()
+
+        results = await self._call(run())
+        rows = [{k.decode(): v for k, v in r.items()} for r in results[:-1]]
+        flat = results[-1]
+        return rows, {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         if not ops:
             return
@@ -147,7 +191,11 @@ class RedisStore:
             return False
 
     async def reset(self) -> None:
-        await self._redis.connection_pool.disconnect()
+        # idle connections only: closing one another call is using under it (the breaker resets the pool at the
+        # first timeout, while others may still be reading) fails that call with a bare RuntimeError (uvloop's
+        # "the handler is closed"), not a store error, and its request with UNKNOWN; a broken in-use connection
+        # is dropped by its own call's error
+        await self._redis.connection_pool.disconnect(inuse_connections=False)
 
     async def close(self) -> None:
         await self._redis.aclose()

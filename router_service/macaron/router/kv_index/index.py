@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 from macaron.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EngineHash, KVEventBatch
 from macaron.router.kv_index.keys import KEY_PREFIX, lora_seed, next_key
 from macaron.store import Store
-from macaron.store.base import HashOp
+from macaron.store.base import HashOp, chain_depths
 
 log = logging.getLogger(__name__)
 EPOCH_KEY = "kvepoch"
@@ -46,15 +46,7 @@ def _hash_field(h: EngineHash) -> str:
 
 def matched_depths(rows: Sequence[Mapping[str, bytes]], epochs: Mapping[str, bytes]) -> dict[str, int]:
     """{replica: blocks held from the prompt's start} for every replica that publishes (has an epoch)."""
-    out: dict[str, int] = {}
-    for replica, epoch in epochs.items():
-        depth = 0
-        for row in rows:
-            if row.get(replica) != epoch:
-                break
-            depth += 1
-        out[replica] = depth
-    return out
+    return chain_depths(rows, epochs)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from typing import Awaitable, Mapping
 
-from macaron.router.kv_index.index import EPOCH_KEY, matched_depths
+from macaron.router.kv_index.index import EPOCH_KEY
 from macaron.router.kv_index.keys import KEY_PREFIX as KV_PREFIX
 from macaron.router.placement.types import PlacementRequest, Snapshot
 from macaron.router.prefix_index import PrefixIndex, block_keys, matched_blocks, now_ms
@@ -180,12 +180,15 @@ class SnapshotReader:
         hashes, kv = request.block_hashes, request.kv_keys
         now = now_ms()
         spread = list(spread_keys(now, self.spread_window_s)) if with_load else []
-        head = ([LOAD_KEY] if with_load else []) + spread + ([EPOCH_KEY] if kv else [])
-        keys = head + block_keys(hashes) + [KV_PREFIX + k for k in kv]
-        if not keys:
+        head = ([LOAD_KEY] if with_load else []) + spread
+        keys = head + block_keys(hashes)
+        if not keys and not kv:
             return Snapshot(down=self.down())
         try:
-            rows = await self.store.hgetall_many(keys)
+            if kv:  # the KV index's depths are counted by the store: one small reply, not a hash per block
+                rows, precise = await self.store.hgetall_many_and_depths(keys, EPOCH_KEY, [KV_PREFIX + k for k in kv])
+            else:
+                rows, precise = await self.store.hgetall_many(keys), {}
         except StoreUnavailableError:
             local = {r: n for r, n in self.tracker.local.items() if n}
             known = self.index.overlay(hashes, ()) if self.index is not None else ()
@@ -198,12 +201,9 @@ class SnapshotReader:
         for row in rows[1:1 + len(spread)]:
             for replica, value in row.items():
                 sessions[replica] += _stamp(value)
-        epochs = rows[len(head) - 1] if kv else {}
         stored = tuple(rows[len(head): len(head) + len(hashes)])
-        kv_rows = rows[len(head) + len(hashes):]
         known = self.index.overlay(hashes, stored) if self.index is not None else stored
         approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
-        precise = matched_depths(kv_rows, epochs) if kv else {}
         share, predicted = self._estimates(request, approx, precise)
         ages = {r: now - _stamp(known[n - 1].get(r)) for r, n in approx.items() if r not in precise and n}
         return Snapshot(
