@@ -39,30 +39,27 @@ def _events_config(info: dict[str, Any]) -> dict[str, Any] | None:
     return config if config.get("publisher", "null") == "zmq" else None
 
 
-def publisher_of(replica: str, info: dict[str, Any], template: str = "") -> str | None:
-    """The ZeroMQ address of `replica`'s publisher, or None when it publishes nothing."""
+def _endpoint_of(replica: str, info: dict[str, Any], template: str, info_key: str, config_key: str,
+                 default: str | None) -> str | None:
+    """One ZeroMQ address of `replica`: the template, else the server info's own key, else its events config."""
     host = urlsplit(replica).hostname or "127.0.0.1"
     if template:
         return template.format(host=host)
-    endpoint = info.get("kv_events_endpoint")
+    endpoint = info.get(info_key)
     if not endpoint:
         config = _events_config(info)
-        if config is None:
-            return None
-        endpoint = config.get("endpoint") or "tcp://*:5557"
-    return _reachable(str(endpoint), host)
+        endpoint = (config.get(config_key) or default) if config is not None else None
+    return _reachable(str(endpoint), host) if endpoint else None
+
+
+def publisher_of(replica: str, info: dict[str, Any], template: str = "") -> str | None:
+    """The ZeroMQ address of `replica`'s publisher, or None when it publishes nothing."""
+    return _endpoint_of(replica, info, template, "kv_events_endpoint", "endpoint", "tcp://*:5557")
 
 
 def replay_of(replica: str, info: dict[str, Any], template: str = "") -> str | None:
     """The ZeroMQ address of `replica`'s replay socket, or None when it has none."""
-    host = urlsplit(replica).hostname or "127.0.0.1"
-    if template:
-        return template.format(host=host)
-    endpoint = info.get("kv_events_replay_endpoint")
-    if not endpoint:
-        config = _events_config(info)
-        endpoint = config.get("replay_endpoint") if config is not None else None
-    return _reachable(str(endpoint), host) if endpoint else None
+    return _endpoint_of(replica, info, template, "kv_events_replay_endpoint", "replay_endpoint", None)
 
 
 async def fetch_replay(ctx: zmq.asyncio.Context, endpoint: str, start: int, timeout_s: float
