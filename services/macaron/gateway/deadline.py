@@ -24,10 +24,12 @@ to reach the client before the client's own timer fires.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from macaron.gateway.errors import GatewayError
 
@@ -38,6 +40,7 @@ OPENAI_READ_TIMEOUT_HEADER = "x-stainless-read-timeout"
 MAX_MARGIN_SHARE = 0.25
 """The margin never takes more than this share of the client's time (a 2 s client still gets 1.5 s of work)."""
 TIMEOUT_CODE = "deadline_exceeded"
+T = TypeVar("T")
 RECEIVED_AT_KEY = "macaron.received_at"
 """ASGI scope key the request-context middleware sets: when the request arrived (time.monotonic())."""
 
@@ -61,8 +64,26 @@ class Deadline:
         limit = self.expires_at if self.first_chunk_by is None else min(self.first_chunk_by, self.expires_at)
         return max(limit - time.monotonic(), 0.0)
 
+    def call_timeout(self) -> float:
+        """The router call's timeout: what is left for the whole call (a 504 when nothing is)."""
+        left = self.remaining()
+        if left <= 0:
+            raise self.expired_error()
+        return left
+
     def expired_error(self) -> GatewayError:
         return expired(self.source)
+
+
+async def started_by(call: Awaitable[T], deadline: Deadline) -> T:
+    """The call's result (a stream, once its first chunk came), or a 504 when the stream must have
+    started (a read timeout) and did not: the call is cancelled, down to the engine."""
+    if deadline.first_chunk_by is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, deadline.first_chunk_remaining())
+    except TimeoutError:
+        raise deadline.expired_error() from None
 
 
 def expired(source: str) -> GatewayError:

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from opentelemetry import context as otel_context
@@ -22,14 +22,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from macaron import telemetry
 from macaron.gateway import protocol as p
-from macaron.gateway.deadline import Deadline
+from macaron.gateway.deadline import Deadline, started_by
 from macaron.gateway.errors import GatewayError, from_sdk
 from macaron.gateway.metrics import GatewayMetrics
 from macaron.sdk import APIError, AsyncMacaronClient, AsyncStream, ChatResult, Route, TokenLogprob, Usage
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "x-session-id"
-T = TypeVar("T")
 
 
 def route_headers(route: Route | None) -> dict[str, str]:
@@ -149,7 +148,7 @@ class ChatService:
             client = self.client.with_options(api_key=api_key or "")
             params = sdk_params(req, session_id)
             if not stream:
-                call = client.chat.create(**params, request_id=request_id, timeout=_time_left(deadline))
+                call = client.chat.create(**params, request_id=request_id, timeout=deadline.call_timeout())
                 result = await self._unless_disconnected(call, disconnected)
                 if result is None:
                     self.metrics.disconnects.inc()
@@ -161,7 +160,7 @@ class ChatService:
                 self._count(labels, 200, result.usage, result.route)
                 return response
             sdk_stream = await started_by(
-                client.chat.create(**params, request_id=request_id, stream=True, timeout=_time_left(deadline)), deadline)
+                client.chat.create(**params, request_id=request_id, stream=True, timeout=deadline.call_timeout()), deadline)
             self._observe_route(sdk_stream.route, req.model, start)
             handed_over = True
             return StreamingResponse(
@@ -333,25 +332,6 @@ class ChatService:
             self._count(labels, status if finished or status != 200 else 499, usage, stream.route)
             self.metrics.in_flight.dec()
             self.metrics.latency.labels(**labels).observe(time.monotonic() - start)
-
-
-def _time_left(deadline: Deadline) -> float:
-    """The router call's timeout: what is left of the client's deadline (a 504 when nothing is)."""
-    left = deadline.remaining()
-    if left <= 0:
-        raise deadline.expired_error()
-    return left
-
-
-async def started_by(call: Awaitable[T], deadline: Deadline) -> T:
-    """The call's result (a stream, once its first chunk came), or a 504 when the stream must have
-    started (a read timeout) and did not: the call is cancelled, down to the engine."""
-    if deadline.first_chunk_by is None:
-        return await call
-    try:
-        return await asyncio.wait_for(call, deadline.first_chunk_remaining())
-    except TimeoutError:
-        raise deadline.expired_error() from None
 
 
 def _data(obj: Any) -> str:

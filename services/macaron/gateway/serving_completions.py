@@ -24,10 +24,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from macaron import telemetry
 from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
-from macaron.gateway.deadline import Deadline
+from macaron.gateway.deadline import Deadline, started_by
 from macaron.gateway.errors import GatewayError, from_sdk
-from macaron.gateway.serving_chat import (ChatService, _data, _time_left, error_frames, route_headers, started_by,
-                                          usage_model)
+from macaron.gateway.serving_chat import ChatService, _data, error_frames, route_headers, usage_model
 from macaron.sdk import APIError, AsyncStream, ChatResult, TokenLogprob, Usage
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ class CompletionService(ChatService):
         try:
             client = self.client.with_options(api_key=api_key or "")
             params = completion_params(req, session_id)
-            timeout = _time_left(deadline)
+            timeout = deadline.call_timeout()
             calls = [client.completions.create(prompt=text, request_id=rid, stream=stream, timeout=timeout, **params)
                      for text, rid in zip(prompts, rids)]
             if not stream:
