@@ -18,8 +18,8 @@ otherwise) and runs the load generator (`macaron.loadgen`) through four phases:
    meanwhile are routed without the store, degraded: `redis_outage_requests` and how many of
    them completed); recovery is the time from the restart until every router reports its store
    healthy (`redis_store_healthy_s`) and then until sessions are shared again: a new session's
-   turn through one router is written to the new Redis and its next turn through the other
-   router is routed by that session, both ways at once (`redis_kill_recovery_s`; `redis_probe_s`
+   turn through one router is written to the new Redis and the other router routes its next turn
+   by that session (Classify), both ways at once (`redis_kill_recovery_s`; `redis_probe_s`
    is what the successful probe's requests took, so the state was back somewhere within that last
    stretch). The phase's load uses short
    answers so that requests keep flowing through the outage and the recovery.
@@ -147,8 +147,9 @@ def served_by(stack: FaultStack, engine_url: str) -> bool:
 
 
 def sessions_shared(stack: FaultStack, first: str, second: str) -> bool:
-    """A new session's first turn through router `first` is written to the (new) Redis, and its next turn through
-    router `second` is routed by that session: the shared state works again, end to end."""
+    """A new session's first turn through router `first` is written to the (new) Redis, and router `second` routes
+    its next turn by that session (Classify: the decision without another generation): the shared state works
+    again, end to end."""
     from macaron.router.sessions import session_key
     from macaron.sdk import MacaronClient
 
@@ -158,11 +159,10 @@ def sessions_shared(stack: FaultStack, first: str, second: str) -> bool:
         client.chat.create(messages=[{"role": "user", "content": SESSION_PROBE[0]}], session_id=session, max_tokens=1)
     if wait_for(lambda: stack.redis.client().exists(key) > 0, 5.0) is None:  # written after the first token
         return False
-    with MacaronClient(second, timeout=DEADLINE_S, max_retries=0) as client:
-        turn = client.chat.create(messages=[{"role": "user", "content": SESSION_PROBE[0]},
-                                            {"role": "assistant", "content": "def f(d): ..."},
-                                            {"role": "user", "content": SESSION_PROBE[1]}],
-                                  session_id=session, max_tokens=1)
+    with MacaronClient(second, timeout=DEADLINE_S, max_retries=0) as client:  # the decision its Generate would take
+        turn = client.chat.classify(messages=[{"role": "user", "content": SESSION_PROBE[0]},
+                                              {"role": "assistant", "content": "def f(d): ..."},
+                                              {"role": "user", "content": SESSION_PROBE[1]}], session_id=session)
     return turn.route.reason == "session"
 
 
