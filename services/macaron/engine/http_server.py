@@ -134,15 +134,15 @@ class EngineServer:
 
     async def _outputs(
         self, stream: RequestStream, request: Request, *, stream_mode: bool, log_metrics: bool,
-        timeout_s: float | None = None,
+        deadline: float | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Yields a request's outputs; aborts it when the client leaves, the consumer stops or `timeout_s` passes
-        (a timer, not the consumer: a stream nobody reads is stopped too)."""
+        """Yields a request's outputs; aborts it when the client leaves, the consumer stops or `deadline` (loop time)
+        passes (a timer, not the consumer: a stream nobody reads is stopped too)."""
         watcher = asyncio.create_task(wait_for_disconnect(request))
         watcher.add_done_callback(lambda task: self._abort_if_disconnected(task, stream))
         expired: list[bool] = []
-        timer = None if timeout_s is None else asyncio.get_running_loop().call_later(
-            timeout_s, self._abort_at_deadline, stream, expired)
+        timer = None if deadline is None else asyncio.get_running_loop().call_at(
+            deadline, self._abort_at_deadline, stream, expired)
         last: RequestOutput | None = None
         first_token_at: float | None = None
         try:
@@ -203,6 +203,7 @@ class EngineServer:
 
     async def generate(self, request: Request) -> Response:
         timeout_s = request_timeout(request.headers)
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s  # from arrival
         obj: GenerateReqInput = await read_body(request, GenerateReqInput)
         req = to_engine_request(obj)
         tokenizer = self.engine.tokenizer
@@ -210,7 +211,7 @@ class EngineServer:
         encoder = ResponseEncoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj),
                                   token_text)
         stream = await self._submit(req)
-        outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics, timeout_s=timeout_s)
+        outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics, deadline=deadline)
         if obj.stream:
             return StreamingResponse(self._sse_body(outputs, encoder), media_type="text/event-stream")
         return await self._single_response(outputs, encoder)
