@@ -14,9 +14,15 @@ otherwise) and runs the load generator (`macaron.loadgen`) through four phases:
    and the p99 end-to-end latency of the accepted requests;
 3. engine kill: one engine replica SIGKILLed under load and restarted at once; recovery is the
    time from the kill until a request is served by the restarted replica again;
-4. Redis kill: Redis SIGKILLed under load (routing goes on, degraded) and restarted; recovery
-   is the time from the restart until every router reports its store healthy and a session
-   is in the new Redis.
+4. Redis kill: Redis SIGKILLed under load and restarted after `REDIS_DOWN_S` (the requests sent
+   meanwhile are routed without the store, degraded: `redis_outage_requests` and how many of
+   them completed); recovery is the time from the restart until every router reports its store
+   healthy (`redis_store_healthy_s`) and then until sessions are shared again: a new session's
+   turn through one router is written to the new Redis and the other router routes its next turn
+   by that session (Classify), both ways at once (`redis_kill_recovery_s`; `redis_probe_s`
+   is what the successful probe's requests took, so the state was back somewhere within that last
+   stretch). The phase's load uses short
+   answers so that requests keep flowing through the outage and the recovery.
 
 Every phase counts requests sent, completed, failed with a clear error, and lost (no answer by
 the deadline). The load generator sends its 30 s deadline (`x-macaron-timeout`), so a request the
@@ -38,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +61,13 @@ MAX_IN_FLIGHT = {"smollm2": 3, "tiny": 6, "bench": 3}
 (never below the closed-loop phases' 3 clients, which would otherwise spin on 429s)."""
 OVERLOAD_MAX_TOKENS = 24
 STORE_HEALTH = "macaron.v1.Router/store"
+REDIS_KILL_AT_S = 1.0
+REDIS_DOWN_S = 3.0
+"""How long Redis stays dead: long enough for the closed-loop clients to send requests into the outage."""
+REDIS_PHASE_MAX_TOKENS = 2
+"""Short answers in the Redis phase: each client sends a request every few seconds, before, during and after
+the outage (with 8-token answers a SmolLM2 turn took ~9 s, so a short phase sent nothing after the kill)."""
+SESSION_PROBE = ("Write a Python function that sorts a dict by value.", "And now make it sort in reverse order.")
 
 
 def say(message: str) -> None:
@@ -132,6 +146,31 @@ def served_by(stack: FaultStack, engine_url: str) -> bool:
     return result.route.replica.rstrip("/") == engine_url
 
 
+def sessions_shared(stack: FaultStack, first: str, second: str) -> bool:
+    """A new session's first turn through router `first` is written to the (new) Redis, and router `second` routes
+    its next turn by that session (Classify: the decision without another generation): the shared state works
+    again, end to end."""
+    from macaron.router.sessions import session_key
+    from macaron.sdk import MacaronClient
+
+    session = "bench-redis-" + uuid.uuid4().hex[:12]
+    key = "macaron:" + session_key("dev", session)  # the routers run in dev mode: every caller is "dev"
+    with MacaronClient(first, timeout=DEADLINE_S, max_retries=0) as client:
+        client.chat.create(messages=[{"role": "user", "content": SESSION_PROBE[0]}], session_id=session, max_tokens=1)
+    if wait_for(lambda: stack.redis.client().exists(key) > 0, 5.0) is None:  # written after the first token
+        return False
+    with MacaronClient(second, timeout=DEADLINE_S, max_retries=0) as client:  # the decision its Generate would take
+        turn = client.chat.classify(messages=[{"role": "user", "content": SESSION_PROBE[0]},
+                                              {"role": "assistant", "content": "def f(d): ..."},
+                                              {"role": "user", "content": SESSION_PROBE[1]}], session_id=session)
+    return turn.route.reason == "session"
+
+
+def during(report: LoadReport, start_s: float, end_s: float) -> list:
+    """The requests of `report` sent between `start_s` and `end_s` (seconds since the load began)."""
+    return [r for r in report.results if start_s <= r.start_s < end_s]
+
+
 def line(name: str, report: LoadReport) -> None:
     s = report.summary()
     say(f"{name:<10} sent {s['sent']:>4}  completed {s['completed']:>4}  clear errors {s['clear_errors']:>4}  "
@@ -199,16 +238,32 @@ def main() -> int:
         line("engine", reports["engine"])
 
         def crash_redis() -> None:
-            """Kill, restart a second later, and time until every router's store is healthy and sessions are back."""
+            """Kill, restart REDIS_DOWN_S later, and time the recovery from the restart (see the module's docstring)."""
             stack.redis.kill()
-            time.sleep(1.0 * scale)
+            time.sleep(REDIS_DOWN_S)
             stack.redis.start()
             restarted_at = time.monotonic()
-            healthy = wait_for(lambda: all(store_serving(t) for t in stack.router_targets)
-                               and any(b"session:" in k for k in stack.redis.client().scan_iter(count=1000)), 60)
-            result["redis_kill_recovery_s"] = round(time.monotonic() - restarted_at, 2) if healthy is not None else None
+            a, b = stack.router_targets
+            healthy = wait_for(lambda: all(store_serving(t) for t in stack.router_targets), 60)
+            result["redis_store_healthy_s"] = None if healthy is None else round(healthy, 2)
+            probe_started: list[float] = []
 
-        reports["redis"] = load(stack, prompts, concurrency=3, duration_s=4.0 * scale, fault=crash_redis)
+            def probe() -> bool:
+                probe_started.append(time.monotonic())
+                with ThreadPoolExecutor(2) as pool:  # both ways at once: the probe's own time bounds the figure
+                    return all(pool.map(lambda pair: sessions_shared(stack, *pair), ((a, b), (b, a))))
+
+            shared = healthy is not None and wait_for(probe, 60) is not None
+            done = time.monotonic()
+            result["redis_kill_recovery_s"] = round(done - restarted_at, 2) if shared else None
+            # what the successful probe's own requests took (the state was back somewhere within them)
+            result["redis_probe_s"] = round(done - probe_started[-1], 2) if shared else None
+
+        reports["redis"] = load(stack, prompts, concurrency=3, duration_s=(REDIS_KILL_AT_S + REDIS_DOWN_S) * scale + 4.0,
+                                max_tokens=REDIS_PHASE_MAX_TOKENS, fault=crash_redis, at_s=REDIS_KILL_AT_S)
+        outage = during(reports["redis"], REDIS_KILL_AT_S, REDIS_KILL_AT_S + REDIS_DOWN_S)
+        result["redis_outage_requests"] = len(outage)
+        result["redis_outage_completed"] = sum(r.ok for r in outage)
         line("redis", reports["redis"])
     finally:
         sampler.stop()

@@ -46,3 +46,18 @@ async def test_request_id_and_traceparent_reach_the_engine() -> None:
         await server.wait_closed()
     assert seen and seen[0]["x-request-id"] == "req-propagated-1"
     assert seen[0]["traceparent"].split("-")[1] == trace_id
+
+
+async def test_generate_carries_the_time_left_of_its_deadline() -> None:
+    """`x-macaron-timeout`: the seconds left of the call's deadline when the request leaves (the engine stops the
+    work then); other calls do not carry it."""
+    seen: list[dict[str, str]] = []
+    server = await _recording_server(seen)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with AsyncEngineClient(f"http://127.0.0.1:{port}", timeout=600, max_retries=0) as client:
+            await client.generate(text="hi", sampling_params={"max_new_tokens": 1}, timeout=7.5)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert 0 < float(seen[0]["x-macaron-timeout"]) <= 7.5

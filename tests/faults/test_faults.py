@@ -227,6 +227,16 @@ def test_redis_killed_and_restarted(fault_stack: FaultStack) -> None:
     # The restarted Redis starts empty; the session (keyed by a digest of its id) is written there again.
     wait_for(lambda: any(b"session:" in k for k in redis_server.client().scan_iter(count=1000)),
              5, "the session written to the restarted Redis")
+    # and both routers route its next turn by it: the state is shared again, whichever router wrote it
+    from macaron.sdk import MacaronClient
+
+    follow_up = [{"role": "user", "content": "Write a Python function that reverses a list."},
+                 {"role": "assistant", "content": "def rev(xs): ..."},
+                 {"role": "user", "content": "And now make it work on strings too."}]
+    for target in fault_stack.router_targets:
+        with MacaronClient(target, timeout=DEADLINE_S, max_retries=0) as client:
+            decision = client.chat.classify(messages=follow_up, session_id=session)
+        assert decision.route.reason == "session", (target, decision.route)
 
 
 def test_router_replica_killed_behind_the_gateway(fault_stack: FaultStack) -> None:

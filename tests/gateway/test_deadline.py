@@ -54,6 +54,14 @@ def test_own_header_wins_and_the_cap_bounds_both() -> None:
         assert d.expires_at == pytest.approx(600.0) and d.first_chunk_by is None and d.source == "router_timeout_s"
 
 
+def test_a_client_waiting_as_long_as_the_cap_still_gets_the_margin() -> None:
+    """A client whose time equals the cap (or passes it by less than the margin) hears the 504 a margin before its
+    own timer: with the cap alone, gateway and client would give up at the same moment and the answer be lost."""
+    for seconds, expected in (("30", 28.0), ("31", 29.0), ("32", 30.0), ("40", 30.0)):
+        d = client_deadline({TIMEOUT_HEADER: seconds}, stream=False, cap_s=30, margin_s=2.0, received_at=0.0)
+        assert d.expires_at == pytest.approx(expected), seconds
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "-3", "nan", "inf", ""])
 def test_a_bad_own_header_is_400_and_a_bad_openai_header_is_ignored(value: str) -> None:
     with pytest.raises(GatewayError) as err:

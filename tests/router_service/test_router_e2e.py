@@ -160,6 +160,23 @@ async def test_classify_and_the_judge(routers, settings) -> None:
     assert "timed out" in fallback.route.detail
 
 
+async def test_the_judge_gets_the_requests_remaining_time_capped_by_its_timeout(routers) -> None:
+    """judge_timeout_s is 10 s here: a request with (almost) no time left does not give the judge 10 s."""
+    import time
+
+    from macaron.prompting import ChatRequest, Message
+    from macaron.router.routing import RouteRequest
+
+    server, _ = await routers.start()
+    chat = ChatRequest((Message("user", "zebra quartz"),))  # unsure: the judge is asked
+    judged, _ = await server.core.decide(RouteRequest(chat, deadline=time.monotonic() + 60.0))
+    assert judged.reason == "judge", judged.detail  # time enough: the judge answers
+    spent, _ = await server.core.decide(RouteRequest(chat, deadline=time.monotonic() - 1.0))
+    assert (spent.reason, spent.specialist) == ("fallback", "chat") and "no time left" in spent.detail, spent.detail
+    hurried, _ = await server.core.decide(RouteRequest(chat, deadline=time.monotonic() + 0.0005))
+    assert (hurried.reason, hurried.specialist) == ("fallback", "chat") and "timed out" in hurried.detail, hurried.detail
+
+
 async def test_bad_input_is_invalid_argument(routers) -> None:
     _, stub = await routers.start()
     bad = [

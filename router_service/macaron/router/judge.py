@@ -4,8 +4,10 @@ One short prompt (the newest user turn, its tail cut to `judge_max_chars`; befor
 `history_turns` earlier user turns, each cut to a fifth of that, because a follow-up such as "now
 make it a web page" means nothing alone; plus the names of the offered tools) rendered with the
 model's chat template, decoded under the regex
-`(chat|agent|code|ui)` with the chat adapter, greedy, a few tokens, under `judge_timeout_s`,
-no retries. Any failure or timeout returns None and the pipeline falls back to chat.
+`(chat|agent|code|ui)` with the chat adapter, greedy, a few tokens, no retries, within the
+request's remaining time capped by `judge_timeout_s` (a caller with 0.2 s left does not wait
+0.5 s for the judge and then miss its deadline in the engine). Any failure or timeout returns
+None and the pipeline falls back to chat.
 """
 
 from __future__ import annotations
@@ -68,10 +70,15 @@ class Judge:
             self._clients[url] = AsyncEngineClient(url, timeout=self.timeout_s, max_retries=0, api_key=self.api_key)
         return self._clients[url]
 
-    async def ask(self, chat: ChatRequest, replicas: Sequence[str]) -> tuple[str | None, str]:
-        """(one of the four names, "") or (None, why it failed)."""
+    async def ask(self, chat: ChatRequest, replicas: Sequence[str], *,
+                  remaining_s: float | None = None) -> tuple[str | None, str]:
+        """(one of the four names, "") or (None, why it failed). `remaining_s`: the request's time left (None:
+        no deadline); the call gets that much, at most `timeout_s`."""
         if not replicas:
             return None, "found no engine replica"
+        timeout = self.timeout_s if remaining_s is None else min(self.timeout_s, remaining_s)
+        if timeout <= 0:
+            return None, "timed out (no time left before the request's deadline)"
         url = replicas[next(self._turn) % len(replicas)]
         try:
             result = await asyncio.wait_for(
@@ -79,9 +86,9 @@ class Judge:
                     text=self.prompt(chat),
                     sampling_params={"max_new_tokens": 8, "temperature": 0.0, "regex": JUDGE_REGEX},
                     lora_path=self.lora_path,
-                    timeout=self.timeout_s,
+                    timeout=timeout,
                 ),
-                self.timeout_s,
+                timeout,
             )
         except (asyncio.TimeoutError, EngineClientError) as exc:
             kind = "timed out" if isinstance(exc, (asyncio.TimeoutError, EngineTimeoutError)) else "failed"

@@ -112,6 +112,12 @@ class RouteRequest:
     replica_hint: str | None = None
     """A caller's replica choice; obeyed when it is a discovered replica (InvalidHintError otherwise)."""
     request_id: str = ""
+    deadline: float | None = None
+    """When the caller stops waiting (time.monotonic()); None: no deadline. Bounds the judge's engine call."""
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the deadline (negative once past), None without one."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
 
 @dataclass(slots=True)
@@ -375,7 +381,7 @@ class RoutingCore:
         if isinstance(outcome, Unsure):
             if gate is not None:
                 await gate
-            outcome = await self._judge(req.chat, outcome)
+            outcome = await self._judge(req, outcome)
             if times is not None:
                 times.judge_ms += (time.perf_counter() - t1) * 1000
         if times is not None:
@@ -384,13 +390,13 @@ class RoutingCore:
         self.metrics.confidence.labels(outcome.reason).observe(outcome.confidence)
         return outcome, session
 
-    async def _judge(self, chat: ChatRequest, unsure: Unsure) -> Decision:
+    async def _judge(self, req: RouteRequest, unsure: Unsure) -> Decision:
         if self.judge is None or self.settings.judge_threshold <= 0:
             return after_judge(unsure, None, "is off")
         chat_state = self.versions.last_states.get("chat")
         if chat_state is not None:  # the judge is the chat adapter's stable version, whatever was promoted
             self.judge.lora_path = chat_state.engine_name(chat_state.stable)
-        answer, why = await self.judge.ask(chat, await self.replicas())
+        answer, why = await self.judge.ask(req.chat, await self.replicas(), remaining_s=req.remaining_s())
         self.metrics.judge.labels("ok" if answer else ("timeout" if why.startswith("timed out") else "error")).inc()
         return after_judge(unsure, answer, why)
 

@@ -172,7 +172,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         else:
             admitted.add_done_callback(done)
 
-    def _route_request(self, request: pb.GenerateRequest, principal: Principal, request_id: str) -> RouteRequest:
+    def _route_request(self, request: pb.GenerateRequest, principal: Principal, request_id: str,
+                       context: grpc.aio.ServicerContext) -> RouteRequest:
         try:
             chat = request_from_proto(request, max_messages=self.max_messages, max_tools=self.max_tools)
         except RequestError as exc:
@@ -186,8 +187,10 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         if len(request.session_id) > MAX_SESSION_ID_LENGTH:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
                         f"session_id has {len(request.session_id)} characters; at most {MAX_SESSION_ID_LENGTH} are allowed")
+        remaining = context.time_remaining()  # the caller's gRPC deadline: it bounds the judge's engine call
         return RouteRequest(chat, owner=principal.name, session_id=request.session_id, forced=forced,
-                            replica_hint=request.engine_replica_hint or None, request_id=request_id)
+                            replica_hint=request.engine_replica_hint or None, request_id=request_id,
+                            deadline=None if remaining is None else time.monotonic() + remaining)
 
     def _finish_version(self, route: Route, timing: "_Timing", code: grpc.StatusCode, span: trace.Span) -> None:
         """Per-version metrics, the span's token counts, and the outcome the canary watcher judges."""
@@ -233,7 +236,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         tokens = 0
         try:
             principal = self._authenticate(metadata)
-            req = self._route_request(request, principal, request_id)
+            req = self._route_request(request, principal, request_id, context)
             # The limits' store round trips run beside the decision (its session read, the classifier), not
             # before it; the route awaits them before the judge (an engine call) and before anything is placed
             # or recorded, so an over-limit caller costs at most the classifier and leaves no trace.
@@ -319,7 +322,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         t0 = time.perf_counter()
         try:
             principal = await self._admit(metadata)
-            req = self._route_request(request.request, principal, request_id)
+            req = self._route_request(request.request, principal, request_id, context)
             decision, _ = await self.core.decide(req)
         except Abort as exc:
             self._count("Classify", exc.code)

@@ -138,7 +138,8 @@ class RouterSettings(BaseModel):
         "(loadtest/bench_judge.py); turn it on for a base model that measures better there.",
     )
     judge_timeout_s: float = Field(
-        0.5, description="Deadline of the judge's engine call; on timeout or error the request goes to chat."
+        0.5, description="Longest the judge's engine call may take (less when the request has less time left before its "
+        "deadline); on timeout or error the request goes to chat."
     )
     judge_max_chars: int = Field(
         1500, description="The judge sees at most this many characters of the newest user turn (its tail is cut)."

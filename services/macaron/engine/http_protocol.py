@@ -8,8 +8,9 @@ See http_server.py's docstring for the table of error bodies.
 from __future__ import annotations
 
 import json
+import math
 import uuid
-from typing import Any
+from typing import Any, Mapping
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -128,6 +129,36 @@ class Refused(Exception):
     def __init__(self, response: Response):
         super().__init__(response.status_code)
         self.response = response
+
+
+DEADLINE_HEADER = "x-macaron-timeout"
+"""Seconds the caller still waits for a /generate answer (a positive decimal; the project's engine client sends it,
+the gateway reads the same header from its clients). SGLang has no per-request deadline, only the server-wide
+SGLANG_REQ_WAITING_TIMEOUT and SGLANG_REQ_RUNNING_TIMEOUT, and ignores the header; this engine aborts the request
+when the time is up, queued or running, so a caller that vanished without closing its connection leaves no work."""
+DEADLINE_STATUS = 504
+"""The status of a request stopped at its deadline (SGLang's global timeouts say 503; a client would retry that)."""
+
+
+def request_timeout(headers: Mapping[str, str]) -> float | None:
+    """The caller's remaining seconds from DEADLINE_HEADER, None without it; a 400 for a value that is no
+    positive number (the gateway answers its own clients the same)."""
+    raw = headers.get(DEADLINE_HEADER)
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise Refused(engine_error(400, f"{DEADLINE_HEADER} must be a positive number of seconds; got {raw[:40]!r}"))
+    return seconds
+
+
+def deadline_reason() -> dict[str, Any]:
+    """The finish reason of a request stopped at its deadline: an abort with a status, as SGLang's timeouts."""
+    return {"type": "abort", "message": f"the request's deadline ({DEADLINE_HEADER}) passed; the engine stopped it",
+            "status_code": DEADLINE_STATUS}
 
 
 def error_response(status: int, message: str) -> JSONResponse:

@@ -13,6 +13,12 @@ Errors use SGLang's own bodies, which differ by where SGLang detects them:
 | refused by the engine (adapter, prompt, ranges, ...)  | 400    | {"error": {"message", "type", "code"}}            |
 | waiting queue full; starting or shutting down         | 503    | {"object": "error", "message", "type": "503", "param": null, "code": 503} |
 | failure after the stream started                      | 200    | data: {"error": {"message", "type", "code", "retryable"}} |
+| the caller's deadline (x-macaron-timeout) passed      | 504    | {"object": "error", ...}; streaming: the last chunk's meta_info.finish_reason is {"type": "abort", "status_code": 504, ...} |
+
+A /generate request may carry the caller's remaining time (`x-macaron-timeout`, seconds, sent by the
+project's engine client; SGLang ignores it): the engine aborts the request when it passes, whether
+it waits in the queue or runs, and whether or not anyone still reads the answer, so a client that
+vanished without closing its connection leaves no work running.
 
 Unlike SGLang, a streaming request that the engine refuses is answered with its status code
 before the stream starts (the engine validates synchronously), never with an error frame.
@@ -51,6 +57,7 @@ from macaron.engine.protocol import (
     RequestStream,
 )
 from macaron.engine.http_protocol import (
+    DEADLINE_HEADER,
     AbortReq,
     GenerateReqInput,
     HEALTH_CHECK_TIMEOUT_S,
@@ -66,6 +73,8 @@ from macaron.engine.http_protocol import (
     engine_error,
     error_response,
     to_engine_request,
+    deadline_reason,
+    request_timeout,
 )
 from macaron.engine.sampling_params import SamplingParams
 
@@ -124,15 +133,22 @@ class EngineServer:
         return stream
 
     async def _outputs(
-        self, stream: RequestStream, request: Request, *, stream_mode: bool, log_metrics: bool
+        self, stream: RequestStream, request: Request, *, stream_mode: bool, log_metrics: bool,
+        deadline: float | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Yields a request's outputs; aborts it when the client leaves or the consumer stops."""
+        """Yields a request's outputs; aborts it when the client leaves, the consumer stops or `deadline` (loop time)
+        passes (a timer, not the consumer: a stream nobody reads is stopped too)."""
         watcher = asyncio.create_task(wait_for_disconnect(request))
         watcher.add_done_callback(lambda task: self._abort_if_disconnected(task, stream))
+        expired: list[bool] = []
+        timer = None if deadline is None else asyncio.get_running_loop().call_at(
+            deadline, self._abort_at_deadline, stream, expired)
         last: RequestOutput | None = None
         first_token_at: float | None = None
         try:
             async for out in stream:
+                if expired and out.finished and (out.finish_reason or {}).get("type") == "abort":
+                    out = dataclasses.replace(out, finish_reason=deadline_reason())
                 last = out
                 if first_token_at is None and out.completion_tokens > 0:
                     # the engine stamps the first token itself (a non-streaming request's only output is its last)
@@ -142,6 +158,8 @@ class EngineServer:
                     break
         finally:
             watcher.cancel()
+            if timer is not None:
+                timer.cancel()
             self.active.pop(stream.rid, None)
             finished = last is not None and last.finished
             if not finished:
@@ -156,6 +174,13 @@ class EngineServer:
             task = asyncio.ensure_future(stream.abort())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    def _abort_at_deadline(self, stream: RequestStream, expired: list[bool]) -> None:
+        logger.info("request %s passed its deadline (%s); aborting it", stream.rid, DEADLINE_HEADER)
+        expired.append(True)
+        task = asyncio.ensure_future(stream.abort())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _record(self, last: RequestOutput | None, stream_mode: bool, first_token_at: float | None) -> None:
         reason = (last.finish_reason or {}) if last is not None else {"type": "abort"}
@@ -177,6 +202,8 @@ class EngineServer:
         return list(self.engine.tokenizer.encode(obj.text, add_special_tokens=False))
 
     async def generate(self, request: Request) -> Response:
+        timeout_s = request_timeout(request.headers)
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s  # from arrival
         obj: GenerateReqInput = await read_body(request, GenerateReqInput)
         req = to_engine_request(obj)
         tokenizer = self.engine.tokenizer
@@ -184,7 +211,7 @@ class EngineServer:
         encoder = ResponseEncoder(obj.stream and self.args.incremental_streaming_output, self._prompt_token_ids(obj),
                                   token_text)
         stream = await self._submit(req)
-        outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics)
+        outputs = self._outputs(stream, request, stream_mode=obj.stream, log_metrics=obj.log_metrics, deadline=deadline)
         if obj.stream:
             return StreamingResponse(self._sse_body(outputs, encoder), media_type="text/event-stream")
         return await self._single_response(outputs, encoder)

@@ -6,7 +6,9 @@ What it takes care of so callers do not have to:
 - a request is retried only while it cannot have produced anything: connect errors, and
   503/429 (or SGLang's in-stream "queue full" abort) before the first token; never after;
 - a caller that stops reading a stream, is cancelled, or runs out of time makes the client
-  send /abort_request, so the engine frees the request's compute at once;
+  send /abort_request, so the engine frees the request's compute at once; and /generate tells
+  the engine the time left (`x-macaron-timeout`, seconds): the embedded engine stops the request
+  then even if this process vanished without closing the connection (SGLang ignores the header);
 - streamed chunks carry both the new text and all the text so far, whether the server
   streams cumulative text (SGLang's default) or increments (`incremental_streaming_output`;
   read once from /server_info).
@@ -26,6 +28,7 @@ from macaron import telemetry
 
 from macaron.engine_client._constants import (
     ABORT_TIMEOUT_S,
+    DEADLINE_HEADER,
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -90,11 +93,14 @@ class AsyncEngineClient:
         other._owns_http = False
         return other
 
-    def _headers(self) -> dict[str, str]:
-        """Trace context and request id, and the engine's key when one is set."""
+    def _headers(self, deadline: float | None = None) -> dict[str, str]:
+        """Trace context and request id, the engine's key when one is set, and the seconds left before `deadline`
+        (loop time) when given."""
         headers = telemetry.inject({})
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
+        if deadline is not None:
+            headers[DEADLINE_HEADER] = f"{max(deadline - asyncio.get_running_loop().time(), 0.001):.3f}"
         return headers
 
     async def __aenter__(self) -> AsyncEngineClient:
@@ -266,7 +272,8 @@ class AsyncEngineClient:
     async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
         try:
             response = await self._http.request(
-                method, path, json=body, headers=self._headers(), timeout=self._httpx_timeout(deadline)
+                method, path, json=body, headers=self._headers(deadline if path == "/generate" else None),
+                timeout=self._httpx_timeout(deadline),
             )
         except httpx.HTTPError as exc:
             raise _transport_error(self.base_url + path, exc) from exc
@@ -339,7 +346,7 @@ class _OpenStream:
     async def __aenter__(self) -> httpx.Response:
         client = self._client
         self._manager = client._http.stream(
-            "POST", "/generate", json=self._body, headers=client._headers(),
+            "POST", "/generate", json=self._body, headers=client._headers(self._deadline),
             timeout=client._httpx_timeout(self._deadline),
         )
         try:

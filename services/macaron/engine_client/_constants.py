@@ -12,3 +12,5 @@ INITIAL_RETRY_DELAY_S = 0.25
 MAX_RETRY_DELAY_S = 4.0
 ABORT_TIMEOUT_S = 2.0
 """Deadline of the /abort_request call sent when a caller gives up on a request."""
+DEADLINE_HEADER = "x-macaron-timeout"
+"""Sent with /generate: the seconds left of the call's deadline (the embedded engine stops the request then)."""

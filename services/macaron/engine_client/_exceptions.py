@@ -4,7 +4,7 @@
     ├── EngineBadRequestError    400 (and 413, 422): fix the request, do not retry
     ├── EngineOverloadedError    503, 429: queue full or not ready; retry later or elsewhere
     ├── EngineUnavailableError   no connection, or another 5xx
-    ├── EngineTimeoutError       the call's deadline passed
+    ├── EngineTimeoutError       the call's deadline passed (here, or 504: the engine stopped it at the deadline)
     └── EngineStatusError        any other HTTP status (404, ...)
 
 Every error carries `status_code` (None without an HTTP answer) and the parsed `body`.
@@ -73,6 +73,8 @@ def make_status_error(status_code: int, body: Any) -> EngineClientError:
         cls: type[EngineClientError] = EngineBadRequestError
     elif status_code in (429, 503):
         cls = EngineOverloadedError
+    elif status_code == 504:  # the engine stopped the request at the deadline the client sent (x-macaron-timeout)
+        cls = EngineTimeoutError
     elif status_code >= 500:
         cls = EngineUnavailableError
     else:

@@ -111,9 +111,11 @@ def client_deadline(headers: Mapping[str, str], *, stream: bool, cap_s: float, m
 
 
 def _bounded(start: float, seconds: float, cap: float, margin_s: float, *, stream: bool, source: str) -> Deadline:
-    if start + seconds >= cap:
-        return Deadline(cap)  # the gateway's own deadline comes first; the client waits longer
+    # the margin counts from the client's deadline, before comparing with the cap: a client that waits exactly
+    # the cap (or a little longer) must still hear the 504 before its own timer fires
     at = start + seconds - min(margin_s, seconds * MAX_MARGIN_SHARE)
+    if at >= cap:
+        return Deadline(cap)  # the gateway's own deadline comes first, a margin or more before the client's
     if stream:  # a read timeout: the stream must start by then, and may then run on to the cap
         return Deadline(cap, first_chunk_by=at, source=source)
     return Deadline(at, source=source)
