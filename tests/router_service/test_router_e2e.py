@@ -6,6 +6,7 @@ Decisions come from the keyword classifier of conftest.py (code 0.95 for "python
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import grpc
@@ -209,3 +210,24 @@ async def test_health_and_reflection(routers) -> None:
         assert SERVICE_NAME in names
     finally:
         await channel.close()
+
+
+async def test_next_turn_reads_the_session_its_answer_wrote_even_when_the_store_is_slow(routers) -> None:
+    """Read your own writes: the session write runs in the background (off the first token's path),
+    but the stream's last chunk waits for it, so a client that sends its next turn at once finds it."""
+    server, stub = await routers.start()
+    sessions = server.core.sessions
+    put = sessions.put
+
+    async def slow_put(*args, **kwargs):
+        await asyncio.sleep(0.1)  # a store round trip under load: slower than the tiny model's answer
+        return await put(*args, **kwargs)
+
+    sessions.put = slow_put
+    try:
+        turn1 = await generate(stub, req("write a python function", session="s-ryw"))
+        assert turn1[0].route.specialist == pb.SPECIALIST_KIND_CODE
+        turn2 = await generate(stub, req("write a python function", "thanks", session="s-ryw"))
+        assert reason(turn2) == "ROUTE_REASON_SESSION" and turn2[0].route.specialist == pb.SPECIALIST_KIND_CODE
+    finally:
+        sessions.put = put

@@ -67,6 +67,9 @@ from macaron.store import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 MAX_BACKGROUND_WRITES = 1024
+SESSION_SETTLE_S = 0.25
+"""How long a stream's last chunk waits for its turn's session write (a store round trip, normally
+well under a millisecond by then): enough for read-your-writes, never long enough to hold an answer."""
 SEND_TURNS = 3
 """Loop turns a route yields before its synchronous work, so the store reads it started are sent first."""
 
@@ -164,14 +167,23 @@ class Route:
     times: StepTimes = field(default_factory=StepTimes)
     _release: Any = field(default=None, repr=False)
     _commit: Any = field(default=None, repr=False)
+    _session_write: "asyncio.Task[Any] | None" = field(default=None, repr=False)
 
     def commit(self, served: str | None = None) -> None:
         """The first token went out: write the session and the served prefix to the store, in the
         background (kept off the path to that token). `served` is the replica the specialist
         reports, when it had to use another one than the hint."""
         if self._commit is not None:
-            self._commit(served or self.replica)
+            self._session_write = self._commit(served or self.replica)
             self._commit = None
+
+    async def settled(self, timeout_s: float = SESSION_SETTLE_S) -> None:
+        """Before the last chunk goes out: waits (briefly) for this turn's session write, so a client
+        that sends its next turn as soon as this one ends reads the session it just made (read your
+        own writes). A slow or failed store write does not hold the answer past `timeout_s`."""
+        task, self._session_write = self._session_write, None
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=timeout_s)
 
     def release(self) -> None:
         """The forwarded stream ended: this router's in-flight count on the replica goes down."""
@@ -635,24 +647,30 @@ class RoutingCore:
     # ------------------------------------------------------------ shared state, after the pick
 
     def _record(self, req: RouteRequest, decision: Decision, replica: str | None, session: SessionView | None,
-                preq: PlacementRequest, snapshot: Snapshot | None, version: str = "") -> None:
+                preq: PlacementRequest, snapshot: Snapshot | None,
+                version: str = "") -> "asyncio.Task[Any] | None":
+        """Writes the session and the served prefix in the background; returns the session write (the
+        stream's end waits for it: `Route.settled`)."""
+        session_write = None
         if preq.block_hashes and replica:
             self.prefix_index.remember(preq.block_hashes, replica)
         if req.session_id and not self.store.degraded:
             turns = (session.turns if session else 0) + 1
             view = SessionView(decision.specialist, version, replica or "", turns)
-            self._spawn(self.sessions.put(req.owner, req.session_id, view))
+            session_write = self._spawn(self.sessions.put(req.owner, req.session_id, view))
         if preq.block_hashes and replica and not self.cache_store.degraded:
             seen = snapshot.blocks_seen if snapshot is not None else ()
             self._spawn(self.prefix_index.record(preq.block_hashes, replica, seen))
+        return session_write
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> "asyncio.Task[Any] | None":
         if len(self._background) >= MAX_BACKGROUND_WRITES:
             coro.close()
-            return
+            return None
         task = asyncio.get_running_loop().create_task(self._quietly(coro))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def _quietly(self, coro: Any) -> None:
         try:

@@ -284,10 +284,14 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                     route.times.upstream_ttft_ms = (timing.first_token - forwarded) * 1000
                 if chunk.HasField("usage"):
                     timing.usage = chunk.usage
+                if first:
+                    served = chunk.route.replica or None
+                if chunk.HasField("finish"):  # the client may send its next turn at once: it must find this session
+                    route.commit(served)
+                    await route.settled()
                 yield chunk
                 if first:
                     first = False
-                    served = chunk.route.replica or None
                     if route.replica and served and served != route.replica:
                         self.core.snapshots.mark_down(route.replica)  # the specialist had to go elsewhere
                 if chunk.HasField("usage"):
