@@ -120,14 +120,17 @@ class SpecialistClassifier:
         weights = np.array([seg.weight for seg in conversation.history])
         return softmax(logits[0]), softmax(weights @ logits[1:])
 
-    @staticmethod
-    def _turn_inputs(conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
-                     session: int | None) -> TurnInputs:
+    def _turn_inputs(self, conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
+                     session: int | None, followup: float) -> TurnInputs:
         return TurnInputs(
             p_last=p_last, p_history=p_history, session=session, last_words=conversation.last_words,
             has_tools=conversation.has_tools, tool_activity=conversation.has_tool_activity,
-            refers_back=refers_back(conversation.last_text),
+            refers_back=refers_back(conversation.last_text), followup=followup,
         )
+
+    def _followup(self, conversation: Conversation) -> float:
+        model = self.artifact.followup
+        return 0.0 if model is None else model.probability(self.artifact.fast.featurizer, conversation.last_text)
 
     def fast_probabilities(self, conversation: Conversation) -> np.ndarray:
         """The fast model's probabilities of a single request (or a conversation's mixed turns)."""
@@ -174,7 +177,8 @@ class SpecialistClassifier:
             or conversation.has_tool_activity
         ):
             p_last, p_hist = self._last_and_history_fast(conversation)
-            inputs = self._turn_inputs(conversation, p_last, p_hist, session_index)
+            followup = self._followup(conversation)
+            inputs = self._turn_inputs(conversation, p_last, p_hist, session_index, followup)
             probs = self.artifact.turn.probabilities(inputs)
             if probs.max() < self.threshold and may_escalate(inputs) and self._may_escalate(escalate):
                 try:
@@ -186,7 +190,7 @@ class SpecialistClassifier:
                     p_last = combine(p_last, e_last, alpha)
                     p_hist = None if p_hist is None or e_hist is None else combine(p_hist, e_hist, alpha)
                     probs = self.artifact.turn.probabilities(
-                        self._turn_inputs(conversation, p_last, p_hist, session_index), escalated=True)
+                        self._turn_inputs(conversation, p_last, p_hist, session_index, followup), escalated=True)
                     escalated = True
         else:
             probs = self.fast_probabilities(conversation)
