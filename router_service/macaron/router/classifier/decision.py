@@ -102,13 +102,17 @@ class SpecialistClassifier:
             conversation = Conversation(conversation.segments, has_tools=True)
         return conversation
 
-    def _last_and_history_fast(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
+    def _last_and_history_fast(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """The last turn's and the history's fast probabilities, and the follow-up model's probability
+        (read from the last turn's features, computed once)."""
         fast = self.artifact.fast
-        last = (fast.raw_text_logits(conversation.last_text) + fast.bias) / fast.temperature
+        idx, val = fast.featurizer.transform(conversation.last_text)
+        last = (fast.raw_logits(idx, val) + fast.bias) / fast.temperature
+        followup = 0.0 if self.artifact.followup is None else self.artifact.followup.probability_of(idx, val)
         if not conversation.history:
-            return softmax(last), None
+            return softmax(last), None, followup
         mixed = sum(seg.weight * fast.raw_text_logits(seg.text) for seg in conversation.history)
-        return softmax(last), softmax((mixed + fast.bias) / fast.temperature)
+        return softmax(last), softmax((mixed + fast.bias) / fast.temperature), followup
 
     def _last_and_history_embedded(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
         head = self.artifact.embedding
@@ -128,9 +132,6 @@ class SpecialistClassifier:
             refers_back=refers_back(conversation.last_text), followup=followup,
         )
 
-    def _followup(self, conversation: Conversation) -> float:
-        model = self.artifact.followup
-        return 0.0 if model is None else model.probability(self.artifact.fast.featurizer, conversation.last_text)
 
     def fast_probabilities(self, conversation: Conversation) -> np.ndarray:
         """The fast model's probabilities of a single request (or a conversation's mixed turns)."""
@@ -176,8 +177,7 @@ class SpecialistClassifier:
             conversation.history or session_index is not None or conversation.has_tools
             or conversation.has_tool_activity
         ):
-            p_last, p_hist = self._last_and_history_fast(conversation)
-            followup = self._followup(conversation)
+            p_last, p_hist, followup = self._last_and_history_fast(conversation)
             inputs = self._turn_inputs(conversation, p_last, p_hist, session_index, followup)
             probs = self.artifact.turn.probabilities(inputs)
             if probs.max() < self.threshold and may_escalate(inputs) and self._may_escalate(escalate):

@@ -36,7 +36,10 @@ class FollowupModel:
     bias: float
 
     def probability(self, featurizer: InferenceFeaturizer, text: str) -> float:
-        idx, val = featurizer.transform(text)
+        return self.probability_of(*featurizer.transform(text))
+
+    def probability_of(self, idx: np.ndarray, val: np.ndarray) -> float:
+        """From a text's fast-path features (column indices, values), shared with the fast model."""
         score = self.bias + (float(val @ self.weights[idx]) if idx.size else 0.0)
         return float(1.0 / (1.0 + np.exp(-score)))
 

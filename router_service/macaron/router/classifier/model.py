@@ -57,7 +57,10 @@ class FastModel:
 
     def raw_text_logits(self, text: str) -> np.ndarray:
         """x @ weights for one text (no bias, no temperature)."""
-        idx, val = self.featurizer.transform(text)
+        return self.raw_logits(*self.featurizer.transform(text))
+
+    def raw_logits(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+        """x @ weights for one featurized text (column indices and values), so other heads can share x."""
         if idx.size == 0:
             return np.zeros(self.bias.shape[0])
         return val @ self.weights[idx]
