@@ -102,13 +102,17 @@ class SpecialistClassifier:
             conversation = Conversation(conversation.segments, has_tools=True)
         return conversation
 
-    def _last_and_history_fast(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
+    def _last_and_history_fast(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """The last turn's and the history's fast probabilities, and the follow-up model's probability
+        (read from the last turn's features, computed once)."""
         fast = self.artifact.fast
-        last = (fast.raw_text_logits(conversation.last_text) + fast.bias) / fast.temperature
+        idx, val = fast.featurizer.transform(conversation.last_text)
+        last = (fast.raw_logits(idx, val) + fast.bias) / fast.temperature
+        followup = 0.0 if self.artifact.followup is None else self.artifact.followup.probability_of(idx, val)
         if not conversation.history:
-            return softmax(last), None
+            return softmax(last), None, followup
         mixed = sum(seg.weight * fast.raw_text_logits(seg.text) for seg in conversation.history)
-        return softmax(last), softmax((mixed + fast.bias) / fast.temperature)
+        return softmax(last), softmax((mixed + fast.bias) / fast.temperature), followup
 
     def _last_and_history_embedded(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
         head = self.artifact.embedding
@@ -120,14 +124,14 @@ class SpecialistClassifier:
         weights = np.array([seg.weight for seg in conversation.history])
         return softmax(logits[0]), softmax(weights @ logits[1:])
 
-    @staticmethod
-    def _turn_inputs(conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
-                     session: int | None) -> TurnInputs:
+    def _turn_inputs(self, conversation: Conversation, p_last: np.ndarray, p_history: np.ndarray | None,
+                     session: int | None, followup: float) -> TurnInputs:
         return TurnInputs(
             p_last=p_last, p_history=p_history, session=session, last_words=conversation.last_words,
             has_tools=conversation.has_tools, tool_activity=conversation.has_tool_activity,
-            refers_back=refers_back(conversation.last_text),
+            refers_back=refers_back(conversation.last_text), followup=followup,
         )
+
 
     def fast_probabilities(self, conversation: Conversation) -> np.ndarray:
         """The fast model's probabilities of a single request (or a conversation's mixed turns)."""
@@ -173,8 +177,8 @@ class SpecialistClassifier:
             conversation.history or session_index is not None or conversation.has_tools
             or conversation.has_tool_activity
         ):
-            p_last, p_hist = self._last_and_history_fast(conversation)
-            inputs = self._turn_inputs(conversation, p_last, p_hist, session_index)
+            p_last, p_hist, followup = self._last_and_history_fast(conversation)
+            inputs = self._turn_inputs(conversation, p_last, p_hist, session_index, followup)
             probs = self.artifact.turn.probabilities(inputs)
             if probs.max() < self.threshold and may_escalate(inputs) and self._may_escalate(escalate):
                 try:
@@ -186,7 +190,7 @@ class SpecialistClassifier:
                     p_last = combine(p_last, e_last, alpha)
                     p_hist = None if p_hist is None or e_hist is None else combine(p_hist, e_hist, alpha)
                     probs = self.artifact.turn.probabilities(
-                        self._turn_inputs(conversation, p_last, p_hist, session_index), escalated=True)
+                        self._turn_inputs(conversation, p_last, p_hist, session_index, followup), escalated=True)
                     escalated = True
         else:
             probs = self.fast_probabilities(conversation)

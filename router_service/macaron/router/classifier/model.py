@@ -20,6 +20,7 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
+from macaron.router.classifier.followup import FollowupModel
 from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
 
@@ -56,7 +57,10 @@ class FastModel:
 
     def raw_text_logits(self, text: str) -> np.ndarray:
         """x @ weights for one text (no bias, no temperature)."""
-        idx, val = self.featurizer.transform(text)
+        return self.raw_logits(*self.featurizer.transform(text))
+
+    def raw_logits(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+        """x @ weights for one featurized text (column indices and values), so other heads can share x."""
         if idx.size == 0:
             return np.zeros(self.bias.shape[0])
         return val @ self.weights[idx]
@@ -95,6 +99,7 @@ class Artifact:
     fast_weight_when_escalated: float
     report: dict[str, Any]
     turn: TurnModel | None = None
+    followup: FollowupModel | None = None  # p(the last turn leans on the conversation), an input of `turn`
     adapter: Any = None  # encoder_tuning.Adapter after training; written beside the artifact by `save`
     adapter_path: Path | None = None  # the adapter file a loaded artifact's embedding head needs
 
@@ -117,6 +122,8 @@ class Artifact:
             "report": self.report,
             "turn": None if self.turn is None else {
                 "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64)},
+            "followup": None if self.followup is None else {
+                "weights": self.followup.weights.astype(np.float32), "bias": float(self.followup.bias)},
         }
         if self.embedding is not None:
             payload["embedding"] = {
@@ -165,12 +172,15 @@ class Artifact:
         turn_payload = payload.get("turn")
         turn = None
         if turn_payload:
-            if list(turn_payload["features"]) != list(TURN_FEATURES) or list(turn_payload.get("stages", [])) != list(TURN_STAGES):
-                raise ArtifactError("classifier artifact's conversation model has other features than this code; "
-                                    "rebuild it with `macaron router train`")
-            turn = TurnModel(theta=np.asarray(turn_payload["theta"], dtype=np.float64))
+            turn = TurnModel(theta=_turn_theta(turn_payload))
+        followup_payload = payload.get("followup")
+        followup = None
+        if followup_payload:
+            followup = FollowupModel(weights=np.asarray(followup_payload["weights"], dtype=np.float64),
+                                     bias=float(followup_payload["bias"]))
         return cls(
             turn=turn,
+            followup=followup,
             labels=tuple(payload["labels"]),
             fast=fast,
             embedding=embedding,
@@ -222,6 +232,21 @@ class Artifact:
             else:
                 artifact.adapter_path = adapter_file
         return artifact
+
+
+def _turn_theta(turn_payload: dict[str, Any]) -> np.ndarray:
+    """The conversation model's weights over this code's features. An artifact trained before a feature
+    existed weighs it 0 (it decides as it did); a feature this code does not know is an error."""
+    names = list(turn_payload["features"])
+    unknown = sorted(set(names) - set(TURN_FEATURES))
+    if unknown or list(turn_payload.get("stages", [])) != list(TURN_STAGES):
+        raise ArtifactError("classifier artifact's conversation model has other features than this code "
+                            f"({', '.join(unknown) or 'stages differ'}); rebuild it with `macaron router train`")
+    stored = np.asarray(turn_payload["theta"], dtype=np.float64)
+    theta = np.zeros((stored.shape[0], len(TURN_FEATURES)))
+    for j, name in enumerate(names):
+        theta[:, TURN_FEATURES.index(name)] = stored[:, j]
+    return theta
 
 
 def adapter_path_for(artifact_path: str | Path) -> Path:

@@ -16,7 +16,8 @@
    folds, and then its fold predictions feed calibration, the threshold and step 5.
 4. Final models on all of train; dev is reported, never used to choose anything.
 5. The conversation decision (turns.py) on `multiturn_train.jsonl`, its inputs taken from the
-   hold-out predictions of step 3 (turn_training.py), with its own hold-out by source repository.
+   hold-out predictions of step 3 (turn_training.py) and from the follow-up model (followup.py, fitted
+   without each source repository of the new turn), with its own hold-out by source repository.
 
 Seeds are fixed and every step is deterministic (sorted vocabularies, lbfgs), so the same data
 gives the same artifact.
@@ -332,7 +333,7 @@ def train(
     )
     if config.multiturn and multiturn_examples:
         say(f"conversation decision on {len(multiturn_examples)} multi-turn conversations")
-        artifact.turn, report["multiturn_holdout"] = _train_turns(
+        artifact.turn, artifact.followup, report["multiturn_holdout"] = _train_turns(
             multiturn_examples, texts, oof, fast, head, embed, config,
             fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
         )
@@ -342,17 +343,24 @@ def train(
 
 
 def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say):
-    """The conversation model and its hold-out report (see turn_training.py)."""
-    from macaron.router.classifier import turn_training
+    """The conversation model, the follow-up model and the hold-out report (see turn_training.py, followup.py)."""
+    from macaron.router.classifier import followup, turn_training
 
+    say("  follow-up model: one fit per source repository of the new turn, then on all lines")
+    last_texts = [example_conversation(e, config.max_chars).last_text for e in multiturn]
+    kinds = [str(e.extra.get("kind", "")) for e in multiturn]
+    groups = np.array([e.repository for e in multiturn])
+    followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups)
+    rows, labels = followup.training_rows(kinds)
+    followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels)
     data = turn_data(multiturn, texts, oof, fast, head, embed, config,
-                     fast_t=fast_t, embed_t=embed_t, threshold=threshold, alpha=alpha)
+                     fast_t=fast_t, embed_t=embed_t, threshold=threshold, alpha=alpha, followups=followups)
     say("  conversation decision: hold-out by source repository of the new turn")
     report = turn_training.holdout(data)
-    return turn_training.fit(data), report
+    return turn_training.fit(data), followup_model, report
 
 
-def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha):
+def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, followups=None):
     """The conversation model's inputs: hold-out logits for training rows, final models' otherwise."""
     from macaron.router.classifier import turn_training
 
@@ -383,4 +391,5 @@ def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed
     return turn_training.build_turn_data(
         multiturn, lambda ex: example_conversation(ex, config.max_chars), logits_of,
         fast_t=fast_t, embed_t=embed_t, threshold=threshold if head is not None else 0.0, alpha=alpha,
+        followups=followups,
     )

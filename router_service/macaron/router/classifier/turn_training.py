@@ -53,8 +53,10 @@ def build_turn_data(
     embed_t: float,
     threshold: float,
     alpha: float,
+    followups: Sequence[float] | None = None,
 ) -> TurnData:
-    """`logits_of(texts)` gives uncalibrated (fast, embedding-or-None) logits of texts."""
+    """`logits_of(texts)` gives uncalibrated (fast, embedding-or-None) logits of texts; `followups`
+    the follow-up model's probability of every line's last turn (followup.py; None: 0)."""
     conversations = [conversation_of(e) for e in examples]
     texts = sorted({seg.text for c in conversations for seg in (c.segments[:1] + c.history)})
     index = {t: i for i, t in enumerate(texts)}
@@ -62,7 +64,7 @@ def build_turn_data(
     fast_inputs: list[TurnInputs] = []
     esc_inputs: list[TurnInputs] = []
     rule: list[int | None] = []
-    for example, conv in zip(examples, conversations):
+    for n, (example, conv) in enumerate(zip(examples, conversations)):
         session = example.extra.get("session")
         s = LABELS.index(session) if session in LABELS else None
         rule.append(s if (s is not None and conv.tool_loop_open) else None)
@@ -77,7 +79,8 @@ def build_turn_data(
 
         f_last, f_hist = probs(fast_logits, fast_t)
         common = dict(session=s, last_words=conv.last_words, has_tools=conv.has_tools,
-                      tool_activity=conv.has_tool_activity, refers_back=refers_back(conv.last_text))
+                      tool_activity=conv.has_tool_activity, refers_back=refers_back(conv.last_text),
+                      followup=0.0 if followups is None else float(followups[n]))
         fast_inputs.append(TurnInputs(p_last=f_last, p_history=f_hist, **common))
         if embed_logits is not None:
             e_last, e_hist = probs(embed_logits, embed_t)

@@ -36,8 +36,9 @@ FEATURES = (
     "is_session", "short_x_is_session", "unsure_last_x_is_session",
     "tools_declared_x_agent", "tool_activity_x_agent",
     "refers_back_x_is_session", "refers_back_x_log_p_last", "refers_back_x_log_p_history",
+    "followup_x_is_session", "followup_x_log_p_last", "followup_x_log_p_history",
 ) + tuple(f"bias_{label}" for label in LABELS)
-N_BIAS = 9 + 3
+N_BIAS = 9 + 3 + 3
 STAGES = ("fast", "escalated")  # one weight vector per stage: the embedding model errs differently
 
 
@@ -52,6 +53,7 @@ class TurnInputs:
     has_tools: bool = False
     tool_activity: bool = False
     refers_back: float = 0.0
+    followup: float = 0.0  # the follow-up model's probability that the last turn leans on the conversation
 
 
 def refers_back(text: str) -> float:
@@ -96,6 +98,12 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
     phi[:, 10] = r * log_last
     if inputs.p_history is not None:
         phi[:, 11] = r * np.log(np.clip(inputs.p_history, 1e-6, 1.0))
+    f = inputs.followup
+    if inputs.session is not None:
+        phi[inputs.session, 12] = f
+    phi[:, 13] = f * log_last
+    if inputs.p_history is not None:
+        phi[:, 14] = f * np.log(np.clip(inputs.p_history, 1e-6, 1.0))
     phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
     return phi
 

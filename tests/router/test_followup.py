@@ -1,0 +1,72 @@
+"""The follow-up model (how much a last turn leans on the conversation) and artifacts trained before it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from macaron.router.classifier import followup
+from macaron.router.classifier.model import Artifact, ArtifactError
+from macaron.router.classifier.turns import FEATURES, TurnInputs
+
+FOLLOW_UPS = ["why?", "you missed one", "now apply it to the rest", "can you make it shorter?"]
+REQUESTS = [
+    "Write a Python function that merges two sorted lists into one sorted list.",
+    "Set an alarm for 6:30 tomorrow morning and remind me to call the dentist.",
+    "Design a landing page with a hero banner, three pricing cards and a footer.",
+    "What were the main causes of the French Revolution?",
+]
+
+
+def test_shipped_artifact_reads_follow_ups_as_leaning_on_the_conversation(fast_classifier) -> None:
+    model, featurizer = fast_classifier.artifact.followup, fast_classifier.artifact.fast.featurizer
+    assert model is not None
+    leaning = [model.probability(featurizer, t) for t in FOLLOW_UPS]
+    standalone = [model.probability(featurizer, t) for t in REQUESTS]
+    assert min(leaning) > max(standalone), (leaning, standalone)
+    # The batch path (training) and the one-text path (serving) agree.
+    batch = model.probabilities(fast_classifier.artifact.fast.vectorizer, FOLLOW_UPS + REQUESTS)
+    np.testing.assert_allclose(batch, leaning + standalone, atol=1e-6)
+
+
+def test_fit_counts_each_text_once_and_needs_both_kinds(fast_classifier) -> None:
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts = FOLLOW_UPS * 20 + REQUESTS
+    model = followup.fit(vectorizer, texts, np.array([1] * 80 + [0] * 4))
+    assert model.probabilities(vectorizer, ["you missed one"])[0] > model.probabilities(vectorizer, [REQUESTS[0]])[0]
+    flat = followup.fit(vectorizer, REQUESTS, np.zeros(4, dtype=int))
+    assert flat.probabilities(vectorizer, FOLLOW_UPS).tolist() == [0.5] * 4
+
+
+def test_out_of_fold_never_sees_the_held_out_group(fast_classifier) -> None:
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts = FOLLOW_UPS + REQUESTS + ["go on"]
+    kinds = ["stay"] * 4 + ["switch"] * 4 + ["stay"]
+    groups = np.array(["a"] * 8 + ["b"])
+    out = followup.out_of_fold(vectorizer, texts, kinds, groups)
+    # Group b holds the only line of its group; group a's lines are predicted by a model fitted on "go on"
+    # alone (one kind): no signal, so exactly 0.5.
+    assert out[:8].tolist() == [0.5] * 8
+    assert out[8] != 0.5
+
+
+def test_artifact_trained_before_a_feature_decides_as_before(fast_classifier) -> None:
+    payload = fast_classifier.artifact.to_payload()
+    keep = [i for i, name in enumerate(FEATURES) if not name.startswith("followup_")]
+    payload["turn"] = {**payload["turn"], "features": [FEATURES[i] for i in keep],
+                       "theta": payload["turn"]["theta"][:, keep]}
+    payload["followup"] = None
+    old = Artifact.from_payload(payload)
+    assert old.followup is None
+    inputs = TurnInputs(p_last=np.array([0.1, 0.2, 0.6, 0.1]), p_history=np.array([0.7, 0.1, 0.1, 0.1]),
+                        session=0, last_words=3, followup=0.0)
+    np.testing.assert_allclose(old.turn.probabilities(inputs), fast_classifier.artifact.turn.probabilities(inputs))
+
+
+def test_artifact_with_an_unknown_conversation_feature_is_a_clear_error(fast_classifier) -> None:
+    payload = fast_classifier.artifact.to_payload()
+    theta = payload["turn"]["theta"]
+    payload["turn"] = {**payload["turn"], "features": list(FEATURES) + ["from_the_future"],
+                       "theta": np.concatenate([theta, np.zeros((theta.shape[0], 1))], axis=1)}
+    with pytest.raises(ArtifactError, match="from_the_future"):
+        Artifact.from_payload(payload)
