@@ -554,7 +554,10 @@ def working_set(sessions: int, turns: int, systems: list[str], users: list[str],
     last = [len(rows[-1][1]) for rows in requests]
     return {"longest_request": max(last), "working_set": sum(last),
             "prompt_tokens": sum(len(ids) for rows in requests for _, ids in rows),
-            "cached_ceiling": cached_ceiling(requests, block_size)}
+            "cached_ceiling": cached_ceiling(requests, block_size),
+            # the part of it that comes from each session's own earlier turns: what any router that keeps every
+            # session on one replica (and does not overfill a cache) gets; the rest is prompts shared across sessions
+            "cached_ceiling_own_sessions": sum(cached_ceiling([rows], block_size) for rows in requests)}
 
 
 def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int) -> int:
@@ -1057,6 +1060,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.kv_tokens:
         args.kv_tokens = max(args.sizes["longest_request"] + args.max_new_tokens + 64,
                              int(1.25 * args.sizes["working_set"] / args.replicas))
+    log(f"multi-turn cached-token ceiling {args.sizes['cached_ceiling']} of {args.sizes['prompt_tokens']} prompt tokens "
+        f"({args.sizes['cached_ceiling_own_sessions']} of it from each session's own history)")
     log(f"multi-turn working set {args.sizes['working_set']} tokens (longest request {args.sizes['longest_request']}); "
         f"{args.replicas} engines of {args.kv_tokens} KV tokens ({args.replicas * args.kv_tokens} in all)")
     if args.kv_tokens >= args.sizes["working_set"]:
