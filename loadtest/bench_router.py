@@ -39,7 +39,9 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    order rotates every round), every run with its own salt at the head of its system prompts;
    medians and spreads are printed, ratios are of medians. `index_overclaim_share`: of our
    prefix_affinity turns, those where the router predicted more cached tokens than the engine
-   reported.
+   reported. Each run's cached-token ceiling (`cached_ceiling`: the most any router could serve from
+   cache on its requests, see `cached_ceiling()`) is printed with every arm's share of it, and
+   `ceiling_over_smg` / `two_replica_ceiling_over_smg` say how far over smg any router could get.
 
 Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
