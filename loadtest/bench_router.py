@@ -39,7 +39,9 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    order rotates every round), every run with its own salt at the head of its system prompts;
    medians and spreads are printed, ratios are of medians. `index_overclaim_share`: of our
    prefix_affinity turns, those where the router predicted more cached tokens than the engine
-   reported.
+   reported. Each run's cached-token ceiling (`cached_ceiling`: the most any router could serve from
+   cache on its requests, see `cached_ceiling()`) is printed with every arm's share of it, and
+   `ceiling_over_smg` / `two_replica_ceiling_over_smg` say how far over smg any router could get.
 
 Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
@@ -73,6 +75,8 @@ SPECIALISTS = ("chat", "agent", "code", "ui")
 START_TIMEOUT_S = 300.0
 SESSION_HEADER = "x-session-id"
 UPSTREAM_TTFT_KEY = "x-macaron-upstream-ttft-ms"  # the router's trailer (macaron.router.servicer)
+BLOCK_SIZE = 16
+"""The engines' KV-cache block (the embedded engine's kv_block_size default): prefix reuse counts whole blocks."""
 
 
 def log(message: str) -> None:
@@ -369,6 +373,8 @@ class RunResult:
     errors: int = 0
     by_session: dict[int, list[Turn]] = field(default_factory=dict)
     """Each session's turns in order (our routers report the replica; smg does not)."""
+    ceiling: int = 0
+    """The cached prompt tokens no router could beat on this run's requests (`cached_ceiling`)."""
 
     def spread(self) -> tuple[list[int], int] | None:
         """Sessions per replica (by their first turn, most first) and turns that changed replica within a
@@ -480,6 +486,21 @@ class Senders:
         return Turn(ttft or 0.0, int(meta.get("prompt_tokens", 0)), int(meta.get("cached_tokens", 0)),
                     str(last.get("text", "")))
 
+    def ceiling(self, sessions: int, turns: int, systems: list[str], users: list[str], salt: str) -> int:
+        """`cached_ceiling` of one run's requests (its salt changes the tokens at the head of every prompt)."""
+        from macaron.prompting import ChatRequest, Message, render
+
+        requests = []
+        for s in range(sessions):
+            profile = self.profiles[session_specialist(s, systems)]
+            rows = []
+            for messages in conversation(s, turns, systems, users, salt):
+                chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
+                ids = self.tokenizer(render(chat, profile, self.tokenizer), add_special_tokens=False)["input_ids"]
+                rows.append((profile.lora_path, ids))
+            requests.append(rows)
+        return cached_ceiling(requests, BLOCK_SIZE)
+
     async def close(self) -> None:
         await self.http.aclose()
         for channel in self.channels.values():
@@ -509,9 +530,12 @@ def conversation(s: int, turns: int, systems: list[str], users: list[str], salt:
     return out
 
 
-def working_set(sessions: int, turns: int, systems: list[str], users: list[str], model_dir: Path) -> dict[str, int]:
-    """Prompt tokens of the workload as the chat specialist renders it: the longest request and the sum over
-    sessions of each one's last request (what the engines must hold at once to serve every next turn from cache)."""
+def working_set(sessions: int, turns: int, systems: list[str], users: list[str], model_dir: Path,
+                block_size: int = BLOCK_SIZE) -> dict[str, int]:
+    """Prompt tokens of the workload as each session's specialist renders it: the longest request, the sum over
+    sessions of each one's last request (what the engines must hold at once to serve every next turn from cache),
+    and `cached_ceiling`: the prompt tokens any router could serve from cache at best, with unlimited KV cache and
+    every turn on the replica that holds the longest prefix of it (see `cached_ceiling`)."""
     from transformers import AutoTokenizer
 
     from macaron.config import load_settings
@@ -520,13 +544,48 @@ def working_set(sessions: int, turns: int, systems: list[str], users: list[str],
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     settings = load_settings(None).specialists
-    last = []
+    requests: list[list[tuple[str, list[int]]]] = []
     for s in range(sessions):
         profile = load_profile(settings, session_specialist(s, systems))
-        final = conversation(s, turns, systems, users, salt="0" * 12)[-1]
-        chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in final))  # type: ignore[arg-type]
-        last.append(len(tokenizer(render(chat, profile, tokenizer), add_special_tokens=False)["input_ids"]))
-    return {"longest_request": max(last), "working_set": sum(last)}
+        rows = []
+        for messages in conversation(s, turns, systems, users, salt="0" * 12):
+            chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
+            ids = tokenizer(render(chat, profile, tokenizer), add_special_tokens=False)["input_ids"]
+            rows.append((profile.lora_path, ids))
+        requests.append(rows)
+    last = [len(rows[-1][1]) for rows in requests]
+    return {"longest_request": max(last), "working_set": sum(last),
+            "prompt_tokens": sum(len(ids) for rows in requests for _, ids in rows),
+            "cached_ceiling": cached_ceiling(requests, block_size),
+            # the part of it that comes from each session's own earlier turns: what any router that keeps every
+            # session on one replica (and does not overfill a cache) gets; the rest is prompts shared across sessions
+            "cached_ceiling_own_sessions": sum(cached_ceiling([rows], block_size) for rows in requests)}
+
+
+def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int) -> int:
+    """The most prompt tokens an engine's prefix cache could serve on this workload, whatever the router: each
+    request, in turn order (every session's turn t before any session's turn t+1), reuses the longest prefix it
+    shares with any earlier request under the same adapter, in whole blocks and short of its last token (as the
+    engine's block manager counts `cached_tokens`), with unlimited KV cache. No placement can beat it, so the
+    ratio over smg cannot exceed this ceiling over smg's own figure."""
+    total = 0
+    seen: dict[str, list[list[int]]] = {}
+    for t in range(max(len(rows) for rows in requests)):
+        for rows in requests:
+            if t >= len(rows):
+                continue
+            adapter, ids = rows[t]
+            best = 0
+            for other in seen.get(adapter, ()):
+                n = 0
+                for a, b in zip(ids, other):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+            total += min(best, len(ids) - 1) // block_size * block_size
+            seen.setdefault(adapter, []).append(ids)
+    return total
 
 
 async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
@@ -535,7 +594,7 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
 
     The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids."""
     salt = uuid.uuid4().hex[:12]
-    result = RunResult(name)
+    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt))
     gate = asyncio.Semaphore(concurrency)
     counter = iter(range(10**9))
 
@@ -563,7 +622,8 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
     spread = result.spread()
     where = f"  sessions per replica {spread[0]}, replica changes {spread[1]}" if spread else ""
     log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
-        f"({rate:5.1%})  mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
+        f"({rate:5.1%}; {result.cached / max(1, result.ceiling):5.1%} of the ceiling {result.ceiling})  "
+        f"mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
     return result
 
 
@@ -781,7 +841,10 @@ def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
 def summary(runs: list[RunResult]) -> dict[str, float]:
     cached = [r.cached for r in runs]
     ttft = [r.mean_ttft_ms for r in runs]
+    of_ceiling = [r.cached / r.ceiling for r in runs if r.ceiling]
     return {"cached_median": statistics.median(cached), "cached_min": min(cached), "cached_max": max(cached),
+            "ceiling_median": statistics.median(r.ceiling for r in runs),
+            "of_ceiling_median": statistics.median(of_ceiling) if of_ceiling else float("nan"),
             "ttft_median_ms": statistics.median(ttft), "ttft_min_ms": min(ttft), "ttft_max_ms": max(ttft)}
 
 
@@ -899,12 +962,18 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     stats = {name: summary(rs) for name, rs in runs.items()}
     for name, st in stats.items():
         log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
-            f"  mean TTFT median {st['ttft_median_ms']:.0f} ms [{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
+            f" ({st['of_ceiling_median']:.0%} of the ceiling)  mean TTFT median {st['ttft_median_ms']:.0f} ms "
+            f"[{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
     aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
     out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
     out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
+    out["cached_ceiling_median"] = statistics.median(r.ceiling for rs in runs.values() for r in rs)
     if stack.smg:
         out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
+        # the best any router could do over smg on these requests: the ceiling over smg's own cached tokens
+        out["ceiling_over_smg"] = ratio(out["cached_ceiling_median"], stats["smg cache_aware x1"]["cached_median"])
+        out["two_replica_ceiling_over_smg"] = ratio(out["cached_ceiling_median"],
+                                                    stats["smg cache_aware x2 mesh"]["cached_median"])
         out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
                                                           stats["smg cache_aware x2 mesh"]["cached_median"])
         out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
@@ -993,6 +1062,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.kv_tokens:
         args.kv_tokens = max(args.sizes["longest_request"] + args.max_new_tokens + 64,
                              int(1.25 * args.sizes["working_set"] / args.replicas))
+    log(f"multi-turn cached-token ceiling {args.sizes['cached_ceiling']} of {args.sizes['prompt_tokens']} prompt tokens "
+        f"({args.sizes['cached_ceiling_own_sessions']} of it from each session's own history)")
     log(f"multi-turn working set {args.sizes['working_set']} tokens (longest request {args.sizes['longest_request']}); "
         f"{args.replicas} engines of {args.kv_tokens} KV tokens ({args.replicas * args.kv_tokens} in all)")
     if args.kv_tokens >= args.sizes["working_set"]:

@@ -48,7 +48,11 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"macaron router: {exc}", file=sys.stderr)
         return 2
     from macaron.router.server import serve
+    from macaron.telemetry import configure_logging
 
+    # request ids on every line, and not one httpx line per engine poll (inventory, KV-event follower) on the
+    # event loop that serves requests
+    configure_logging("info")
     run_loop(serve(settings), settings.router.event_loop)
     return 0
 

@@ -53,6 +53,17 @@ class LightTokenizer:
                                             **{**self.special_tokens, **kwargs})
         return self.encode(text, add_special_tokens=False) if tokenize else text
 
+    def compile_templates(self) -> None:
+        """Compiles every chat template now: a first request must not pay for it (tens to hundreds of ms). A
+        template that does not compile is left for the first render to report, as before."""
+        import jinja2
+
+        for source in self.templates.values():
+            try:
+                self._compile(source)
+            except jinja2.TemplateError:
+                pass
+
     def _compile(self, source: str) -> Any:
         compiled = self._compiled.get(source)
         if compiled is None:
@@ -118,8 +129,10 @@ def load_light_tokenizer(path: str | Path) -> LightTokenizer | None:
 
     special = {name: _token_text(config[name]) for name in SPECIAL_TOKENS if config.get(name) is not None}
     limit = config.get("model_max_length")
-    return LightTokenizer(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), templates, special,
-                          int(limit) if isinstance(limit, (int, float)) else NO_LIMIT)
+    tokenizer = LightTokenizer(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), templates, special,
+                               int(limit) if isinstance(limit, (int, float)) else NO_LIMIT)
+    tokenizer.compile_templates()
+    return tokenizer
 
 
 def _templates(folder: Path, config: dict[str, Any]) -> dict[str, str]:
