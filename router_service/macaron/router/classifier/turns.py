@@ -92,18 +92,14 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
         phi[s, 6] = 1.0 - float(inputs.p_last.max())
     phi[agent, 7] = float(inputs.has_tools)
     phi[agent, 8] = float(inputs.tool_activity)
-    r = inputs.refers_back
-    if inputs.session is not None:
-        phi[inputs.session, 9] = r
-    phi[:, 10] = r * log_last
-    if inputs.p_history is not None:
-        phi[:, 11] = r * np.log(np.clip(inputs.p_history, 1e-6, 1.0))
-    f = inputs.followup
-    if inputs.session is not None:
-        phi[inputs.session, 12] = f
-    phi[:, 13] = f * log_last
-    if inputs.p_history is not None:
-        phi[:, 14] = f * np.log(np.clip(inputs.p_history, 1e-6, 1.0))
+    # how much the turn leans on the conversation, by cue words (9-11) and by the learned follow-up model (12-14):
+    # each weighs the session, the turn's own reading and the history's
+    for first, lean in ((9, inputs.refers_back), (12, inputs.followup)):
+        if inputs.session is not None:
+            phi[inputs.session, first] = lean
+        phi[:, first + 1] = lean * log_last
+        if inputs.p_history is not None:
+            phi[:, first + 2] = lean * log_hist
     phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
     return phi
 
