@@ -31,8 +31,8 @@ class LoRAError(ValueError):
 class LoRAExpand(NamedTuple):
     """One module's expand after a shrink: out[:, cols] += xa[:, ranks] @ bt."""
 
-    ranks: slice
-    """Its columns of the shrink's output (its rows of the stacked A)."""
+    ranks: slice | None
+    """Its columns of the shrink's output (its rows of the stacked A); None: all of them."""
     cols: slice | None
     """Its columns of the fused projection's output; None: all of them."""
     bt: torch.Tensor
@@ -178,7 +178,8 @@ def fuse_weights(
                 bt = weights[(layer, m)][1]
                 hi = lo + bt.shape[0]
                 first, end = columns[m]
-                expands.append(LoRAExpand(slice(lo, hi), None if whole else slice(first, end), bt))
+                ranks = None if len(present) == 1 else slice(lo, hi)
+                expands.append(LoRAExpand(ranks, None if whole else slice(first, end), bt))
                 weights[(layer, m)] = (a_t[:, lo:hi].t(), bt)
                 lo = hi
             fused[(layer, projection)] = LoRAShrink(a_t, tuple(expands))

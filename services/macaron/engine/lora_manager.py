@@ -111,7 +111,7 @@ class LoRAPool:
             present = self._present(projection)
             columns = self.shape.columns(projection)
             for layer in range(self.shape.num_layers):
-                expands = []
+                expands, used = [], 0
                 for i, m in enumerate(present):
                     w = adapter.weights.get((layer, m))
                     if w is None:
@@ -122,8 +122,11 @@ class LoRAPool:
                     self.bt[m][layer, slot, :r].copy_(bt, non_blocking=True)
                     cols = None if len(modules) == 1 else slice(*columns[m])
                     expands.append(LoRAExpand(slice(i * R, i * R + r), cols, self.bt[m][layer, slot, :r]))
-                if expands:
-                    fused[(layer, projection)] = LoRAShrink(self.a[projection][layer, slot].t(), tuple(expands))
+                    used = i * R + r
+                if len(expands) == 1 and expands[0].ranks.start == 0:  # the shrink reads its rows alone
+                    expands[0] = expands[0]._replace(ranks=None)
+                if expands:  # rows past the last module's rank are padding: the shrink skips them
+                    fused[(layer, projection)] = LoRAShrink(self.a[projection][layer, slot, :used].t(), tuple(expands))
         self.slot_fused[slot] = fused
 
     def acquire(self, adapter: LoRAAdapter) -> int:

@@ -126,13 +126,9 @@ def lora_delta(pool: LoRAPool, projection: str, layer: int, x: torch.Tensor, out
         xs, part = x[start:end], out[start:end]
         if fused or len(lora.expands) == 1:
             xa = torch.mm(xs, lora.a_t)
-            if len(lora.expands) == 1:
-                ranks, cols, bt = lora.expands[0]
-                (part if cols is None else part[:, cols]).addmm_(xa if ranks.stop - ranks.start == xa.shape[1] else xa[:, ranks], bt)
-                continue
             for ranks, cols, bt in lora.expands:
-                part[:, cols].addmm_(xa[:, ranks], bt)
-        else:  # one shrink per module (the path before fused shrinks)
+                (part if cols is None else part[:, cols]).addmm_(xa if ranks is None else xa[:, ranks], bt)
+        else:  # one shrink per module (the path before fused shrinks; kept to compare)
             for ranks, cols, bt in lora.expands:
                 part[:, cols].addmm_(torch.mm(xs, lora.a_t[:, ranks]), bt)
 
