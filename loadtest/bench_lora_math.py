@@ -1,12 +1,15 @@
-"""The LoRA math alone, per decoder layer: grouped by adapter (the engine's path) vs one masked
-dense matmul over stacked slots (the engine's previous path), next to the layer's base matmuls.
+"""The LoRA math alone, per decoder layer, four ways: the engine's `lora_delta` with one shrink per
+fused projection (`fused`: q/k/v and gate/up A stacked transposed) and with one shrink per module
+from the same tensors (`per_module`); grouped by adapter with A as PEFT stores it (`grouped`, the
+engine before fused shrinks); one masked dense matmul over stacked slots (`masked`, the engine
+before grouping); next to the layer's base matmuls.
 
     python loadtest/bench_lora_math.py [--hidden 576 --intermediate 1536 --kv 192 --batch 16]
 
 Defaults are SmolLM2-135M's shapes. Each figure is base time / (base + LoRA time) for 1, 2, 4
-and 8 distinct adapters at ranks 8, 16 and 64 (rows split evenly, best of --repeats, one
-thread): the mixed/base ceiling the LoRA math leaves, without attention or sampling. The last
-line is one JSON object.
+and 8 distinct adapters at ranks 8, 16 and 64 (rows split evenly, the four arms interleaved, best
+of --repeats by thread CPU time, one thread): the mixed/base ceiling the LoRA math leaves, without
+attention or sampling. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -17,15 +20,26 @@ import time
 
 import torch
 
+from macaron.engine.lora_adapter import LoRAAdapter
+from macaron.engine.lora_manager import LoRAPool
+from macaron.engine.models.layers import BatchContext, lora_delta
+from macaron.engine.models.llama import LORA_MODULES, PROJECTIONS, ModelShape
 
-def _best(fn, repeats: int) -> float:
+
+def _best(fn, repeats: int, inner: int = 20) -> float:
+    """Seconds per call, best of `repeats` rounds of `inner` calls, by this thread's CPU time (steadier
+    than wall clock on a shared machine)."""
     fn()
     best = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        t0 = time.thread_time()
+        for _ in range(inner):
+            fn()
+        best = min(best, (time.thread_time() - t0) / inner)
     return best
+
+
+ARMS = ("fused", "per_module", "grouped", "masked")
 
 
 @torch.inference_mode()
@@ -40,14 +54,21 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     h, i, kv, batch = a.hidden, a.intermediate, a.kv, a.batch
-    shapes = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "gate": (h, i), "up": (h, i), "down": (i, h)}
+    shape = ModelShape(
+        architecture="LlamaForCausalLM", vocab_size=8, hidden_size=h, intermediate_size=i, num_layers=1,
+        num_heads=h // 64, num_kv_heads=kv // 64, head_dim=64, rms_norm_eps=1e-5, max_position_embeddings=64,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+    )
+    shapes = {m: shape.in_out(m) for m in LORA_MODULES}
     weights = {m: torch.randn(o, n) for m, (n, o) in shapes.items()}
     xs = {m: torch.randn(batch, n) for m, (n, o) in shapes.items()}
     outs = {m: torch.zeros(batch, o) for m, (n, o) in shapes.items()}
+    fused_out = {p: torch.zeros(batch, sum(shape.in_out(m)[1] for m in ms)) for p, ms in PROJECTIONS.items()}
+    fused_in = {p: xs[ms[0]] for p, ms in PROJECTIONS.items()}
     base = _best(lambda: [torch.mm(xs[m], weights[m].t()) for m in shapes], a.repeats)
-    result: dict[str, dict[str, float]] = {"grouped": {}, "masked": {}}
+    result: dict[str, dict[str, float]] = {arm: {} for arm in ARMS}
     print(f"base matmuls of one layer: {base * 1e3:.3f} ms (batch {batch}, hidden {h}, {a.threads} thread)")
-    print("  rank  adapters  grouped  masked   (base / (base + LoRA))")
+    print("  rank  adapters  " + "  ".join(f"{arm:>10}" for arm in ARMS) + "   (base / (base + LoRA))")
     for rank in (8, 16, 64):
         for count in (1, 2, 4, 8):
             a_w = {m: [torch.randn(rank, n) for _ in range(count)] for m, (n, o) in shapes.items()}
@@ -69,11 +90,35 @@ def main() -> None:
                 for m in shapes:
                     outs[m].addmm_(torch.mm(xs[m], stacked_a[m].t()).mul_(mask), stacked_bt[m])
 
-            g, k = _best(grouped, a.repeats), _best(masked, a.repeats)
+            pool = LoRAPool(shape, count, torch.float32, torch.device("cpu"))
+            for s in range(count):
+                adapter = LoRAAdapter(
+                    name=f"a{s}", path="-", rank=rank, target_modules=frozenset(shapes),
+                    weights={(0, m): (a_w[m][s].clone(), bt_w[m][s]) for m in shapes},
+                )
+                pool.acquire(adapter)
+            ctx = BatchContext(
+                positions=torch.zeros(batch, dtype=torch.long), slot_mapping=torch.zeros(batch, dtype=torch.long),
+                num_decode=batch, decode_kv_index=None, decode_mask=None, prefills=[],
+                logits_index=torch.arange(batch), lora_segments=segments,
+            )
+
+            def engine(fused: bool):
+                def run() -> None:
+                    pool.fused_shrink = fused
+                    for p in PROJECTIONS:
+                        lora_delta(pool, p, 0, fused_in[p], fused_out[p], ctx)
+                return run
+
+            fns = {"fused": engine(True), "per_module": engine(False), "grouped": grouped, "masked": masked}
+            times = dict.fromkeys(ARMS, float("inf"))
+            for round_ in range(2):  # interleaved, order flipped, so that load from elsewhere skews all alike
+                for arm in ARMS if round_ == 0 else ARMS[::-1]:
+                    times[arm] = min(times[arm], _best(fns[arm], max(1, a.repeats // 2)))
             key = f"r{rank}_x{count}"
-            result["grouped"][key] = round(base / (base + g), 3)
-            result["masked"][key] = round(base / (base + k), 3)
-            print(f"  {rank:>4}  {count:>8}  {result['grouped'][key]:.3f}    {result['masked'][key]:.3f}")
+            for arm in ARMS:
+                result[arm][key] = round(base / (base + times[arm]), 3)
+            print(f"  {rank:>4}  {count:>8}  " + "  ".join(f"{result[arm][key]:>10.3f}" for arm in ARMS))
     print(json.dumps({"base_ms_per_layer": round(base * 1e3, 3), **result}))
 
 

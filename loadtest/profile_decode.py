@@ -3,7 +3,8 @@ every step; in place from each row's contiguous K/V copy built at its first deco
 gathering the blocks (the engine before); each row over its own copy written as it prefills,
 its prefix-cache part from a sibling's copy or from block runs (`per_row`, cascade attention
 off); and the engine's default, the same copies with cascade attention, where the rows behind
-one cached prefix read it once per group (`copy`).
+one cached prefix read it once per group (`copy`); and the default with one LoRA shrink matmul
+per module instead of one per fused projection (`per_module_shrink`, with --mixed).
 
     python loadtest/profile_decode.py --context 4096 --batch 8
     py-spy record --format raw -o prof.txt -- python loadtest/profile_decode.py --context 1024
@@ -14,7 +15,7 @@ and differ in their last 16 tokens, so the run times decode, not prefill. The ar
 best of --repeats each; tokens/s counts decode steps only, wall_s is the whole arm (the rows'
 16-token prefill chunks included, where copies are now built). Under py-spy, each arm's samples
 sit below its own function (`decode_gather`, `decode_copy_at_decode`, `decode_per_row`,
-`decode_copy`), so
+`decode_per_module_shrink`, `decode_copy`), so
 `--shares` splits the profile by arm. Progress to stderr;
 the last stdout line is one JSON object.
 """
@@ -39,29 +40,38 @@ def decode_gather(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     budget = eng.runner.contiguous.budget_tokens
     eng.runner.contiguous.budget_tokens = 0
     try:
-        return engine_decode_tps(eng, prompts, adapters, new_tokens)
+        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
     finally:
         eng.runner.contiguous.budget_tokens = budget
 
 
 def decode_copy(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
-    return engine_decode_tps(eng, prompts, adapters, new_tokens)
+    return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
 
 
 def decode_per_row(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     """Each row attends over its own copy (cascade attention off: the engine before it)."""
     eng.runner.cascade_attention = False
     try:
-        return engine_decode_tps(eng, prompts, adapters, new_tokens)
+        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
     finally:
         eng.runner.cascade_attention = True
+
+
+def decode_per_module_shrink(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
+    """The default path but with one LoRA shrink matmul per module instead of one per fused projection."""
+    eng.lora.pool.fused_shrink = False
+    try:
+        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
+    finally:
+        eng.lora.pool.fused_shrink = True
 
 
 def decode_copy_at_decode(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     """Copies as the engine made them before: only at the first decode step, gathered from the blocks."""
     eng.runner.contiguous.incremental = False
     try:
-        return engine_decode_tps(eng, prompts, adapters, new_tokens)
+        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
     finally:
         eng.runner.contiguous.incremental = True
 
@@ -94,10 +104,14 @@ def shares(raw: Path) -> dict:
     }
 
 
+CLOCK = [time.perf_counter]
+"""The clock decode tokens/s are timed by (--cpu-clock: this thread's CPU time)."""
+
 ARMS = {
     "gather": "decode_gather",
     "copy_at_decode": "decode_copy_at_decode",
     "per_row": "decode_per_row",
+    "per_module_shrink": "decode_per_module_shrink",
     "copy": "decode_copy",
 }
 
@@ -109,12 +123,16 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--mixed", action="store_true", help="four adapters mixed (default: base only)")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
+    ap.add_argument("--arms", default="gather,copy_at_decode,per_row,copy", help=f"comma-separated subset of {','.join(ARMS)}")
+    ap.add_argument("--cpu-clock", action="store_true",
+                    help="time decode steps by the engine thread's CPU time (steadier on a shared machine) instead of wall")
     ap.add_argument("--shares", type=Path, help="print attention's share per arm from a py-spy raw profile, and exit")
     a = ap.parse_args()
     if a.shares:
         print(json.dumps(shares(a.shares)))
         return
+    if a.cpu_clock:
+        CLOCK[0] = time.thread_time
     eng = LLMEngine(
         EngineArgs(
             max_running_requests=a.batch,
@@ -127,7 +145,10 @@ def main() -> None:
     prompts = long_prompts(eng.vocab_size, a.batch, a.context)
     print(f"prefilling the {a.context}-token prefix under {len(set(adapters))} adapter(s)", file=sys.stderr)
     warm_prefix(eng, prompts[0], set(adapters))
-    every = {"gather": decode_gather, "copy_at_decode": decode_copy_at_decode, "per_row": decode_per_row, "copy": decode_copy}
+    every = {
+        "gather": decode_gather, "copy_at_decode": decode_copy_at_decode, "per_row": decode_per_row,
+        "per_module_shrink": decode_per_module_shrink, "copy": decode_copy,
+    }
     fns = {arm: every[arm] for arm in a.arms.split(",")}
     best = dict.fromkeys(fns, 0.0)
     wall = dict.fromkeys(fns, float("inf"))
@@ -144,11 +165,12 @@ def main() -> None:
         "batch": a.batch,
         "mixed": a.mixed,
         "threads": torch.get_num_threads(),
+        "clock": "thread CPU time" if a.cpu_clock else "wall",
         **{f"{arm}_tok_s": round(v, 2) for arm, v in best.items()},
         **{f"{arm}_wall_s": round(v, 2) for arm, v in wall.items()},
         **{
             f"copy_over_{arm}": round(best["copy"] / best[arm], 2)
-            for arm in ("gather", "copy_at_decode", "per_row")
+            for arm in ("gather", "copy_at_decode", "per_row", "per_module_shrink")
             if arm in best and "copy" in best
         },
         "wall_copy_over_per_row": round(wall["copy"] / wall["per_row"], 2) if {"copy", "per_row"} <= set(wall) else None,

@@ -7,8 +7,9 @@ adapter needs one; pinned adapters may hold at most slots - 1, so one slot alway
 
 Where the slots live depends on the device. On CPU the host copy *is* device memory, so a slot
 only points at its adapter's own tensors (nothing is held twice, each row reads its own rank).
-On an accelerator the pool holds device copies, stacked [layers, slots, max rank, in] and
-[layers, slots, max rank, out] per module as SGLang's memory pool does, and a slot is a copy
+On an accelerator the pool holds device copies, stacked [layers, slots, modules x max rank, in] per
+projection (the modules that read the same input side by side, so one shrink serves them) and
+[layers, slots, max rank, out] per module, as SGLang's memory pool does, and a slot is a copy
 paged in from the host; `nbytes` is what those device tensors occupy.
 """
 
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from macaron.engine.lora_adapter import LoRAAdapter, LoRAError, read_adapter
-from macaron.engine.models.llama import LORA_MODULES, ModelShape
+from macaron.engine.lora_adapter import LoRAAdapter, LoRAError, LoRAExpand, LoRAShrink, read_adapter
+from macaron.engine.models.llama import LORA_MODULES, PROJECTIONS, ModelShape
 
 __all__ = ["LoRAAdapter", "LoRAError", "LoRAManager", "LoRAPool", "pool_bytes"]
 _load_ids = count(1)
@@ -36,7 +37,7 @@ def pool_bytes(shape: ModelShape, num_slots: int, rank: int, modules: frozenset[
 
 @dataclass
 class LoRAPool:
-    """The slots a batch's rows read; `slot_weights` gives one slot's (A, B^T) for a projection."""
+    """The slots a batch's rows read; `slot_lora` gives one slot's LoRAShrink for a projection."""
 
     shape: ModelShape
     num_slots: int
@@ -44,11 +45,19 @@ class LoRAPool:
     device: torch.device
     stacked: bool | None = None
     """Keep device copies in stacked tensors (default: on any device but the CPU)."""
+    fused_shrink: bool = True
+    """One shrink matmul per projection and segment for the modules that read the same input (False:
+    one per module, the path before; same weights, kept to compare logits and speed)."""
     rank: int = 0
     modules: frozenset[str] = frozenset()
     a: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Stacked pool: projection -> [layers, slots, modules x rank, in], each targeted module of the
+    projection at its own block of `rank` rows (one shrink matmul per projection, as on CPU)."""
     bt: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Stacked pool: module -> [layers, slots, rank, out]."""
     slot_adapter: list[LoRAAdapter | None] = field(default_factory=list)
+    slot_fused: list[dict[tuple[int, str], LoRAShrink]] = field(default_factory=list)
+    """Per slot, (layer, projection) -> LoRAShrink: the host copy's own (CPU) or views of the stacked tensors."""
     slot_refs: list[int] = field(default_factory=list)
     slot_last_used: list[int] = field(default_factory=list)
     _clock: int = 0
@@ -57,6 +66,7 @@ class LoRAPool:
         if self.stacked is None:
             self.stacked = self.device.type != "cpu"
         self.slot_adapter = [None] * self.num_slots
+        self.slot_fused = [{} for _ in range(self.num_slots)]
         self.slot_refs = [0] * self.num_slots
         self.slot_last_used = [0] * self.num_slots
 
@@ -65,17 +75,12 @@ class LoRAPool:
         """Bytes of the device-side slot tensors (0 on CPU, where slots read the host copies)."""
         return sum(t.nbytes for t in (*self.a.values(), *self.bt.values()))
 
-    def slot_weights(self, slot: int, layer: int, module: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(A [r, in], B^T [r, out]) of the adapter in `slot`, at its own rank; None if it skips `module`."""
-        adapter = self.slot_adapter[slot]
-        if adapter is None:
-            return None
-        if not self.stacked:
-            return adapter.weights.get((layer, module))
-        r = adapter.module_rank(layer, module)
-        if r == 0:
-            return None
-        return self.a[module][layer, slot, :r], self.bt[module][layer, slot, :r]
+    def slot_lora(self, slot: int, layer: int, projection: str) -> LoRAShrink | None:
+        """The adapter in `slot` on one projection of one layer; None if it targets none of its modules."""
+        return self.slot_fused[slot].get((layer, projection))
+
+    def _present(self, projection: str) -> list[str]:
+        return [m for m in PROJECTIONS[projection] if m in self.modules]
 
     def ensure_capacity(self, rank: int, modules: frozenset[str]) -> None:
         """Grows the stacked device tensors (rank, modules) and re-copies resident adapters."""
@@ -84,21 +89,45 @@ class LoRAPool:
         self.rank = max(self.rank, rank)
         self.modules = self.modules | modules
         L, S, R = self.shape.num_layers, self.num_slots, self.rank
-        for m in self.modules:
-            in_f, out_f = self.shape.in_out(m)
-            self.a[m] = torch.zeros(L, S, R, in_f, dtype=self.dtype, device=self.device)
-            self.bt[m] = torch.zeros(L, S, R, out_f, dtype=self.dtype, device=self.device)
+        self.a, self.bt = {}, {}
+        for projection in PROJECTIONS:
+            present = self._present(projection)
+            if present:
+                in_f = self.shape.in_out(present[0])[0]
+                self.a[projection] = torch.zeros(L, S, len(present) * R, in_f, dtype=self.dtype, device=self.device)
+            for m in present:
+                self.bt[m] = torch.zeros(L, S, R, self.shape.in_out(m)[1], dtype=self.dtype, device=self.device)
         for slot, adapter in enumerate(self.slot_adapter):
             if adapter is not None:
                 self._copy_in(adapter, slot)
 
     def _copy_in(self, adapter: LoRAAdapter, slot: int) -> None:
         if not self.stacked:
+            self.slot_fused[slot] = adapter.fused(self.shape)
             return
-        for (layer, m), (a, bt) in adapter.weights.items():
-            r = a.shape[0]
-            self.a[m][layer, slot, :r].copy_(a, non_blocking=True)
-            self.bt[m][layer, slot, :r].copy_(bt, non_blocking=True)
+        R = self.rank
+        fused: dict[tuple[int, str], LoRAShrink] = {}
+        for projection, modules in PROJECTIONS.items():
+            present = self._present(projection)
+            columns = self.shape.columns(projection)
+            for layer in range(self.shape.num_layers):
+                expands, used = [], 0
+                for i, m in enumerate(present):
+                    w = adapter.weights.get((layer, m))
+                    if w is None:
+                        continue
+                    a, bt = w
+                    r = a.shape[0]
+                    self.a[projection][layer, slot, i * R : i * R + r].copy_(a, non_blocking=True)
+                    self.bt[m][layer, slot, :r].copy_(bt, non_blocking=True)
+                    cols = None if len(modules) == 1 else slice(*columns[m])
+                    expands.append(LoRAExpand(slice(i * R, i * R + r), cols, self.bt[m][layer, slot, :r]))
+                    used = i * R + r
+                if len(expands) == 1 and expands[0].ranks.start == 0:  # the shrink reads its rows alone
+                    expands[0] = expands[0]._replace(ranks=None)
+                if expands:  # rows past the last module's rank are padding: the shrink skips them
+                    fused[(layer, projection)] = LoRAShrink(self.a[projection][layer, slot, :used].t(), tuple(expands))
+        self.slot_fused[slot] = fused
 
     def acquire(self, adapter: LoRAAdapter) -> int:
         """Slot for `adapter` (paging it in, evicting an idle slot LRU); -1 when all slots are busy."""
@@ -131,6 +160,7 @@ class LoRAPool:
         if adapter.slot >= 0:
             assert self.slot_refs[adapter.slot] == 0
             self.slot_adapter[adapter.slot] = None
+            self.slot_fused[adapter.slot] = {}
             adapter.slot = -1
 
     def _free_slot(self) -> int:

@@ -110,18 +110,27 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return out if b is None else out.add_(b)
 
 
-def lora_delta(pool: LoRAPool, module: str, layer: int, x: torch.Tensor, out: torch.Tensor, ctx: BatchContext) -> None:
-    """out += per-row LoRA delta, grouped by adapter (S-LoRA / Punica's segmented GEMM): each run
-    of rows multiplies by its own adapter's A and B at that adapter's rank; base rows pay nothing.
-    The scheduler orders decode rows by slot, so an adapter's rows are one contiguous run."""
+def lora_delta(pool: LoRAPool, projection: str, layer: int, x: torch.Tensor, out: torch.Tensor, ctx: BatchContext) -> None:
+    """out += per-row LoRA delta on one fused projection (`llama.PROJECTIONS`), grouped by adapter
+    (S-LoRA / Punica's segmented GEMM): each run of rows multiplies by its own adapter at that
+    adapter's rank; base rows pay nothing. Per run, one shrink matmul covers every module of the
+    projection (their A stacked: `lora_adapter.LoRAShrink`), then each module's expand adds into its
+    own columns. The scheduler orders decode rows by slot, so an adapter's rows are one run."""
     if not ctx.lora_segments:
         return
+    fused = pool.fused_shrink
     for slot, start, end in ctx.lora_segments:
-        weights = pool.slot_weights(slot, layer, module)
-        if weights is None:
+        lora = pool.slot_lora(slot, layer, projection)
+        if lora is None:
             continue
-        a, bt = weights
-        out[start:end].addmm_(torch.mm(x[start:end], a.t()), bt)
+        xs, part = x[start:end], out[start:end]
+        if fused or len(lora.expands) == 1:
+            xa = torch.mm(xs, lora.a_t)
+            for ranks, cols, bt in lora.expands:
+                (part if cols is None else part[:, cols]).addmm_(xa if ranks is None else xa[:, ranks], bt)
+        else:  # one shrink per module (the path before fused shrinks; kept to compare)
+            for ranks, cols, bt in lora.expands:
+                part[:, cols].addmm_(torch.mm(xs, lora.a_t[:, ranks]), bt)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

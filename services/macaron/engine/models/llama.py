@@ -4,7 +4,8 @@ transformers' modules know nothing of a per-row adapter or of our paged KV cache
 engine has its own small implementation: RMSNorm, RoPE, GQA attention over the cache (one
 SDPA call for the short-context decode rows, a grouped matmul over its own contiguous K/V copy
 for each long-context row, one SDPA call per prefill chunk), SwiGLU MLP. q/k/v and gate/up are fused
-into one matmul each; LoRA deltas are added per logical projection from the slot pool.
+into one matmul each, and so are their LoRA shrinks (`lora_adapter.LoRAShrink`); each module's expand
+writes its own columns.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ if TYPE_CHECKING:
     from macaron.engine.lora_manager import LoRAPool
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROJECTIONS: dict[str, tuple[str, ...]] = {
+    "qkv": ("q_proj", "k_proj", "v_proj"),
+    "o": ("o_proj",),
+    "gate_up": ("gate_proj", "up_proj"),
+    "down": ("down_proj",),
+}
+"""The projections as the decoder runs them (one matmul each): the modules of one read the same input
+and write consecutive column ranges of its output, so their LoRA shrinks can be one matmul too."""
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 
@@ -58,6 +67,16 @@ class ModelShape:
             "up_proj": (h, i),
             "down_proj": (i, h),
         }[module]
+
+    def columns(self, projection: str) -> dict[str, tuple[int, int]]:
+        """module -> (first, end) column of its part of a fused projection's output (`PROJECTIONS`)."""
+        out: dict[str, tuple[int, int]] = {}
+        start = 0
+        for module in PROJECTIONS[projection]:
+            width = self.in_out(module)[1]
+            out[module] = (start, start + width)
+            start += width
+        return out
 
     @classmethod
     def from_config(cls, cfg: dict) -> "ModelShape":
@@ -177,9 +196,7 @@ class DecoderLayer(nn.Module):
         x = F.rms_norm(residual, (s.hidden_size,), self.input_norm, s.rms_norm_eps)
         qkv = linear(x, self.qkv, self.qkv_bias)
         if pool is not None:
-            lora_delta(pool, "q_proj", self.index, x, qkv[:, : self.q_size], ctx)
-            lora_delta(pool, "k_proj", self.index, x, qkv[:, self.q_size : self.q_size + self.kv_size], ctx)
-            lora_delta(pool, "v_proj", self.index, x, qkv[:, self.q_size + self.kv_size :], ctx)
+            lora_delta(pool, "qkv", self.index, x, qkv, ctx)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = rope(q.view(T, s.num_heads, s.head_dim), cos, sin)
         k = rope(k.view(T, s.num_kv_heads, s.head_dim), cos, sin)
@@ -189,19 +206,17 @@ class DecoderLayer(nn.Module):
         attn = attention(q, k, v, k_cache, v_cache, ctx, self.scale, self.index).reshape(T, self.q_size)
         out = linear(attn, self.o, self.o_bias)
         if pool is not None:
-            lora_delta(pool, "o_proj", self.index, attn, out, ctx)
+            lora_delta(pool, "o", self.index, attn, out, ctx)
         residual = residual + out
         x = F.rms_norm(residual, (s.hidden_size,), self.post_norm, s.rms_norm_eps)
         gu = linear(x, self.gate_up)
         if pool is not None:
-            n = s.intermediate_size
-            lora_delta(pool, "gate_proj", self.index, x, gu[:, :n], ctx)
-            lora_delta(pool, "up_proj", self.index, x, gu[:, n:], ctx)
+            lora_delta(pool, "gate_up", self.index, x, gu, ctx)
         gate, up = gu.chunk(2, dim=-1)
         act = F.silu(gate).mul_(up)
         out = linear(act, self.down)
         if pool is not None:
-            lora_delta(pool, "down_proj", self.index, act, out, ctx)
+            lora_delta(pool, "down", self.index, act, out, ctx)
         return out, residual
 
 
