@@ -2,7 +2,7 @@
 
 The paged cache scatters a request's context over blocks. Attending over it from the blocks
 means gathering the whole context into a fresh padded tensor per layer and step: at 1-4 k
-tokens of context that copy alone was most of a decode step (README, engine section). A
+tokens of context that copy alone was most of a decode step (docs/engine.md). A
 decoding request with a long context instead keeps a contiguous copy of its own K/V, built
 once from the paged cache and then extended by the one token each step writes; attention reads
 it in place, one small grouped matmul per row, at that row's own length (no padding to the
