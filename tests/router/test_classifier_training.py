@@ -16,7 +16,14 @@ from macaron.router.classifier.features import analyze
 from macaron.router.classifier.holdout import out_of_fold, summarize
 from macaron.router.classifier.model import Artifact, softmax
 from macaron.router.classifier.settings import ClassifierSettings
-from macaron.router.classifier.train import TrainConfig, fit_temperature, source_weights, train, training_text
+from macaron.router.classifier.train import (
+    TrainConfig,
+    fit_temperature,
+    pick_threshold,
+    source_weights,
+    train,
+    training_text,
+)
 
 from .conftest import subset
 
@@ -78,6 +85,48 @@ def test_full_pipeline_on_a_subset(tmp_path, train_examples, dev_examples) -> No
     direct = [softmax(artifact.fast.logits(clf.conversation(t))) for t in texts]
     loaded = [np.array(list(clf.classify(t).probabilities.values())) for t in texts]
     np.testing.assert_allclose(direct, loaded, atol=1e-6)
+
+
+def _curve(points):
+    return [dict(zip(("threshold", "accuracy", "escalation_rate"), p)) for p in points]
+
+
+# A synthetic curve shaped like the shipped artifact's source hold-out: 0.6, 0.65 and 0.7 within
+# 0.15 points of score of each other, 0.75 over the 30 % cap.
+SINGLE = _curve([(0.5, 0.864, 0.080), (0.55, 0.8718, 0.127), (0.6, 0.8776, 0.175),
+                 (0.65, 0.8787, 0.221), (0.7, 0.8808, 0.269), (0.75, 0.90, 0.322)])
+
+
+def test_threshold_rule_single_turn_ties_go_to_the_cheaper_threshold() -> None:
+    config = TrainConfig()
+    assert pick_threshold(SINGLE, config) == 0.6
+    # Noise of 0.2 points that makes 0.7 the best single-turn score does not move the choice...
+    noisy = [dict(p, accuracy=p["accuracy"] + (0.002 if p["threshold"] == 0.7 else 0.0)) for p in SINGLE]
+    assert pick_threshold(noisy, config) == 0.6
+    # ...without the tie margin it would (the rule before the margin).
+    assert pick_threshold(noisy, TrainConfig(threshold_tie_margin=0.0)) == 0.7
+    # A real gain beyond the margin does.
+    gain = [dict(p, accuracy=p["accuracy"] + (0.004 if p["threshold"] == 0.7 else 0.0)) for p in SINGLE]
+    assert pick_threshold(gain, config) == 0.7
+    # The cap holds whatever the accuracy beyond it; with every point over it, the lowest threshold.
+    assert pick_threshold([dict(p, accuracy=0.99 if p["threshold"] == 0.75 else p["accuracy"]) for p in SINGLE],
+                          config) == 0.6
+    assert pick_threshold(_curve([(0.6, 0.8, 0.4), (0.5, 0.7, 0.35)]), config) == 0.5
+
+
+def test_threshold_rule_counts_the_multiturn_holdout() -> None:
+    """A multi-turn gain moves the threshold; a flat multi-turn curve leaves the single-turn choice,
+    and one whose escalations buy nothing pulls it down."""
+    config = TrainConfig()
+    rising = {0.5: 0.80, 0.55: 0.81, 0.6: 0.82, 0.65: 0.83, 0.7: 0.84}
+    curve = [dict(p, multiturn_accuracy=rising[p["threshold"]], multiturn_escalation_rate=0.5 * p["escalation_rate"])
+             for p in SINGLE if p["threshold"] in rising]
+    assert pick_threshold(curve, config) == 0.7
+    assert pick_threshold(curve, TrainConfig(multiturn_weight=0.0)) == 0.6
+    flat_free = [dict(p, multiturn_accuracy=0.82, multiturn_escalation_rate=0.0) for p in curve]
+    assert pick_threshold(flat_free, config) == 0.6
+    flat_costly = [dict(p, multiturn_accuracy=0.82, multiturn_escalation_rate=p["escalation_rate"]) for p in curve]
+    assert pick_threshold(flat_costly, config) == 0.55
 
 
 def test_temperature_recovers_a_known_scale() -> None:

@@ -6,9 +6,7 @@
 3. Source hold-out (holdout.py): for every repository, both models are fitted on the other
    repositories and predict the held-out one. Those predictions fit each model's temperature
    (calibration for unseen sources), choose how the two models are pooled when escalating, and
-   choose the escalation threshold: the one maximising hold-out accuracy minus
-   `escalation_cost` times the escalation rate, among those escalating at most
-   `max_escalation_rate` of the hold-out requests.
+   give every candidate escalation threshold its single-turn hold-out accuracy and escalation rate.
    3b. The escalation encoder (encoder_tuning.py): LoRA on MiniLM's top layers plus a head, fitted
    once per fold of `encoder_folds` groups of repositories, next to the frozen MiniLM's head on the
    same folds; the tuned encoder replaces the frozen one only if the combined classifier (each with
@@ -18,6 +16,12 @@
 5. The conversation decision (turns.py) on `multiturn_train.jsonl`, its inputs taken from the
    hold-out predictions of step 3 (turn_training.py) and from the follow-up model (followup.py, fitted
    without each source repository of the new turn), with its own hold-out by source repository.
+6. The escalation threshold (`pick_threshold`): the same threshold decides single turns and the
+   conversation decision's escalation, so each candidate under the `max_escalation_rate` cap is scored
+   on both hold-outs, each as accuracy - `escalation_cost` x its escalation rate, weighed
+   1 - `multiturn_weight` (single turns) and `multiturn_weight` (multi-turn, mean over kinds); the lowest threshold
+   within `threshold_tie_margin` of the best score ships, so a difference within noise neither flips
+   the choice nor buys escalations.
 
 Seeds are fixed and every step is deterministic (sorted vocabularies, lbfgs), so the same data
 gives the same artifact.
@@ -47,7 +51,15 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Knobs of training (recorded in the artifact's report)."""
+    """Knobs of training (recorded in the artifact's report).
+
+    The escalation threshold rule (`pick_threshold`): among the `thresholds` that escalate at most
+    `max_escalation_rate` of the single-turn source hold-out, score = (1 - `multiturn_weight`) x
+    (single-turn hold-out accuracy - `escalation_cost` x its escalation rate) + `multiturn_weight` x
+    (multi-turn hold-out accuracy, mean over the kinds stay / continue / switch / tool loop with the
+    conversation model fitted at that threshold, - `escalation_cost` x its escalation rate); the lowest threshold scoring within
+    `threshold_tie_margin` of the best ships (without multi-turn data, the single-turn term alone).
+    """
 
     seed: int = 0
     fast_c: float = 2.0
@@ -58,6 +70,12 @@ class TrainConfig:
     holdout: bool = True
     escalation_cost: float = 0.05
     max_escalation_rate: float = 0.30  # on source hold-out: the embedding model is the expensive path
+    # The threshold decides multi-turn last turns too: the multi-turn hold-out's share of its score.
+    multiturn_weight: float = 0.5
+    # Scores closer than this to the best are a tie, which the cheaper (lower) threshold wins: rebuilding the
+    # embedding cache moved points of the single-turn hold-out curve by up to 0.15 points, and that noise
+    # alone flipped the choice between 0.6 and 0.7 under a plain maximum.
+    threshold_tie_margin: float = 0.0015
     thresholds: tuple[float, ...] = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
     fast_weights: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
     multiturn: bool = True
@@ -166,9 +184,32 @@ def choose_escalation(
         curve.append(
             {"threshold": threshold, "escalation_rate": float(escalate.mean()), "accuracy": mean_accuracy(pred)}
         )
-    allowed = [c for c in curve if c["escalation_rate"] <= config.max_escalation_rate] or curve[:1]
-    best = max(allowed, key=lambda c: (c["accuracy"] - config.escalation_cost * c["escalation_rate"], -c["threshold"]))
-    return float(best["threshold"]), float(best_alpha), curve
+    return pick_threshold(curve, config), float(best_alpha), curve
+
+
+def allowed_points(curve: Sequence[dict[str, float]], config: TrainConfig) -> list[dict[str, float]]:
+    """The curve's points under the escalation cap (the lowest threshold if none is)."""
+    ordered = sorted(curve, key=lambda c: c["threshold"])
+    return [c for c in ordered if c["escalation_rate"] <= config.max_escalation_rate] or ordered[:1]
+
+
+def threshold_score(point: dict[str, float], config: TrainConfig) -> float:
+    """What a threshold is worth: hold-out accuracy (single-turn, and multi-turn where the point has
+    `multiturn_accuracy`) minus the cost of its escalations."""
+    single = point["accuracy"] - config.escalation_cost * point["escalation_rate"]
+    if "multiturn_accuracy" not in point:
+        return single
+    multi = point["multiturn_accuracy"] - config.escalation_cost * point.get("multiturn_escalation_rate", 0.0)
+    return (1.0 - config.multiturn_weight) * single + config.multiturn_weight * multi
+
+
+def pick_threshold(curve: Sequence[dict[str, float]], config: TrainConfig) -> float:
+    """The lowest threshold under the cap whose score is within `threshold_tie_margin` of the best
+    (see TrainConfig): a tie within noise goes to the cheaper threshold instead of to whichever side
+    the noise favoured."""
+    allowed = allowed_points(curve, config)
+    best = max(threshold_score(c, config) for c in allowed)
+    return float(next(c["threshold"] for c in allowed if threshold_score(c, config) >= best - config.threshold_tie_margin))
 
 
 def compare_encoders(p_fast: np.ndarray, eoof: Any, y: np.ndarray, groups: np.ndarray,
@@ -249,6 +290,7 @@ def train(
     report: dict[str, Any] = {"config": asdict(config), "data": data_info, "n_train": len(texts)}
     fast_t, embed_t, threshold, alpha = 1.0, 1.0, 0.7, 0.5
     oof = None
+    p_fast = p_embed = None
     adapter = None
     use_tuned = False
     if config.holdout:
@@ -333,17 +375,37 @@ def train(
     )
     if config.multiturn and multiturn_examples:
         say(f"conversation decision on {len(multiturn_examples)} multi-turn conversations")
-        artifact.turn, artifact.followup, report["multiturn_holdout"] = _train_turns(
+        # Step 6: with hold-out and escalation, the threshold is chosen on both hold-outs.
+        curve = report.get("holdout", {}).get("escalation_curve") if head is not None else None
+        artifact.turn, artifact.followup, report["multiturn_holdout"], chosen = _train_turns(
             multiturn_examples, texts, oof, fast, head, embed, config,
             fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
+            curve=curve,
         )
         report["turn_weights"] = artifact.turn.weights()
+        if curve is not None and oof is not None and p_embed is not None:
+            say(f"  escalation threshold on both hold-outs: {chosen} (single-turn alone: {threshold})")
+            report["holdout"]["single_turn_threshold"] = threshold
+            if chosen != threshold:
+                artifact.escalation_threshold = chosen
+                report["holdout"].update(holdout.summarize(oof.y, oof.groups, p_fast, p_embed, chosen, alpha))
     report["train_seconds"] = round(time.time() - started, 1)
     return artifact
 
 
-def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say):
-    """The conversation model, the follow-up model and the hold-out report (see turn_training.py, followup.py)."""
+def multiturn_accuracy(pooled: dict[str, Any]) -> float:
+    """The conversation hold-out in one figure: the mean accuracy over the kinds present (kinds weigh the same)."""
+    from macaron.router.classifier.turn_training import KIND_NAMES
+
+    return float(np.mean([pooled[k] for k in KIND_NAMES if k in pooled]))
+
+
+def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say,
+                 curve=None):
+    """The conversation model, the follow-up model, the hold-out report (see turn_training.py, followup.py)
+    and the escalation threshold that ships. With `curve` (the single-turn escalation curve), every
+    threshold under the cap is also scored on the conversation hold-out (its points gain
+    `multiturn_accuracy`, the kinds and the multi-turn escalation rate) and `pick_threshold` chooses on both."""
     from macaron.router.classifier import followup, turn_training
 
     say("  follow-up model: one fit per source repository of the new turn, then on all lines")
@@ -353,20 +415,53 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups)
     rows, labels = followup.training_rows(kinds)
     followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels)
-    data = turn_data(multiturn, texts, oof, fast, head, embed, config,
-                     fast_t=fast_t, embed_t=embed_t, threshold=threshold, alpha=alpha, followups=followups)
-    say("  conversation decision: hold-out by source repository of the new turn")
-    report = turn_training.holdout(data)
-    return turn_training.fit(data), followup_model, report
+    cache: dict[tuple[str, ...], Any] = {}  # the turns' logits do not depend on the threshold
+
+    def data_at(t: float) -> Any:
+        return turn_data(multiturn, texts, oof, fast, head, embed, config, fast_t=fast_t, embed_t=embed_t,
+                         threshold=t, alpha=alpha, followups=followups, logits_cache=cache)
+
+    scored: dict[float, tuple[Any, dict[str, Any]]] = {}
+    if curve:
+        for point in allowed_points(curve, config):
+            t = float(point["threshold"])
+            data = data_at(t)
+            scored[t] = (data, turn_training.holdout(data))
+            pooled = scored[t][1]["pooled"]
+            point.update(multiturn_accuracy=multiturn_accuracy(pooled),
+                         multiturn_escalation_rate=pooled["escalation_rate"],
+                         **{f"multiturn_{k}": pooled[k] for k in turn_training.KIND_NAMES if k in pooled})
+            say(f"  threshold {t}: single-turn {point['accuracy']:.4f} at {point['escalation_rate']:.3f} escalated, "
+                f"multi-turn {point['multiturn_accuracy']:.4f} at {pooled['escalation_rate']:.3f} (switch {pooled.get('switch', float('nan')):.4f}), "
+                f"score {threshold_score(point, config):.4f}")
+        threshold = pick_threshold(curve, config)
+    if threshold in scored:
+        data, report = scored[threshold]
+    else:
+        data = data_at(threshold)
+        say("  conversation decision: hold-out by source repository of the new turn")
+        report = turn_training.holdout(data)
+    return turn_training.fit(data), followup_model, report, threshold
 
 
-def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, followups=None):
-    """The conversation model's inputs: hold-out logits for training rows, final models' otherwise."""
+def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, followups=None,
+              logits_cache=None):
+    """The conversation model's inputs: hold-out logits for training rows, final models' otherwise.
+    `logits_cache` (a dict) keeps the turns' logits between calls at other thresholds."""
     from macaron.router.classifier import turn_training
 
     row_of = {t: i for i, t in enumerate(texts)}
 
     def logits_of(wanted: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        key = tuple(wanted)
+        if logits_cache is not None and key in logits_cache:
+            return logits_cache[key]
+        if logits_cache is not None:
+            logits_cache[key] = computed = _logits_of(wanted)
+            return computed
+        return _logits_of(wanted)
+
+    def _logits_of(wanted: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
         known = [t in row_of and oof is not None for t in wanted]
         new = [t for t, k in zip(wanted, known) if not k]
         f = np.zeros((len(wanted), len(LABELS)))
