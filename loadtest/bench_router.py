@@ -25,11 +25,15 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    goes (the router's own step times, the router → specialist hop, the caller → router hop);
    with --arm-b, router b runs other settings (or another checkout's code, via PYTHONPATH) and the
    pairs alternate between routers a and b, so both arms are measured in one run on one stack;
-4. a multi-turn workload shaped like production, with KV pressure: sessions of all four
-   specialists (each session forced to its own, so every arm serves it with the same adapter),
-   sharing 4 application system prompts across specialists (each specialist's own profile prompt
-   first, then the shared one, as the specialists render it; the same text under two adapters is
-   two KV-cache entries), each turn carrying the whole growing history, fixed assistant turns of
+4. a multi-turn workload shaped like production, with KV pressure: each session forced to its
+   specialist (so every arm serves it with the same adapter), each specialist's own profile prompt
+   first, then the session's system prompt, as the specialists render it (the same text under two
+   adapters is two KV-cache entries). Two shapes (--apps): by default the applications shape,
+   production's (few applications, many users each): --apps applications (default 2), each with
+   one long system prompt (--app-chars: instructions and tool definitions) and one specialist,
+   session s belonging to application s % apps, so many sessions share one long head under one
+   adapter; --apps 0, the mixed shape: 4 short system prompts shared across all four specialists,
+   sessions sharing almost nothing. Each turn carries the whole growing history, fixed assistant turns of
    about 60 tokens so every arm sends the same requests with the same session ids; each engine's
    cache is 1.25 x its fair share of the working set, measured by tokenizing the workload first;
    plain text output everywhere. Measured: the prompt tokens the engines report served from
