@@ -25,11 +25,15 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    goes (the router's own step times, the router → specialist hop, the caller → router hop);
    with --arm-b, router b runs other settings (or another checkout's code, via PYTHONPATH) and the
    pairs alternate between routers a and b, so both arms are measured in one run on one stack;
-4. a multi-turn workload shaped like production, with KV pressure: sessions of all four
-   specialists (each session forced to its own, so every arm serves it with the same adapter),
-   sharing 4 application system prompts across specialists (each specialist's own profile prompt
-   first, then the shared one, as the specialists render it; the same text under two adapters is
-   two KV-cache entries), each turn carrying the whole growing history, fixed assistant turns of
+4. a multi-turn workload shaped like production, with KV pressure: each session forced to its
+   specialist (so every arm serves it with the same adapter), each specialist's own profile prompt
+   first, then the session's system prompt, as the specialists render it (the same text under two
+   adapters is two KV-cache entries). Two shapes (--apps): by default the applications shape,
+   production's (few applications, many users each): --apps applications (default 2), each with
+   one long system prompt (--app-chars: instructions and tool definitions) and one specialist,
+   session s belonging to application s % apps, so many sessions share one long head under one
+   adapter; --apps 0, the mixed shape: 4 short system prompts shared across all four specialists,
+   sessions sharing almost nothing. Each turn carries the whole growing history, fixed assistant turns of
    about 60 tokens so every arm sends the same requests with the same session ids; each engine's
    cache is 1.25 x its fair share of the working set, measured by tokenizing the workload first;
    plain text output everywhere. Measured: the prompt tokens the engines report served from
@@ -486,13 +490,13 @@ class Senders:
         return Turn(ttft or 0.0, int(meta.get("prompt_tokens", 0)), int(meta.get("cached_tokens", 0)),
                     str(last.get("text", "")))
 
-    def ceiling(self, sessions: int, turns: int, systems: list[str], users: list[str], salt: str) -> int:
+    def ceiling(self, sessions: int, turns: int, systems: list[str], users: list[str], salt: str, apps: int) -> int:
         """`cached_ceiling` of one run's requests (its salt changes the tokens at the head of every prompt)."""
         from macaron.prompting import ChatRequest, Message, render
 
         requests = []
         for s in range(sessions):
-            profile = self.profiles[session_specialist(s, systems)]
+            profile = self.profiles[session_specialist(s, systems, apps)]
             rows = []
             for messages in conversation(s, turns, systems, users, salt):
                 chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
@@ -512,10 +516,16 @@ def reply(s: int, t: int) -> str:
     return " ".join(REPLIES[(s + t + k) % len(REPLIES)] for k in range(3))
 
 
-def session_specialist(s: int, systems: list[str]) -> str:
-    """Session `s`'s specialist: every shared system prompt is used by sessions of several specialists (as an
-    application's one system prompt is, whichever specialist serves the turn), so the same text reaches the
-    engines under several adapters: separate KV-cache entries."""
+def session_specialist(s: int, systems: list[str], apps: int = 0) -> str:
+    """Session `s`'s specialist.
+
+    `apps` > 0 (the applications shape): session `s` belongs to application `s % apps`, and an application's
+    sessions all reach one specialist (a coding tool's turns go to code, a support bot's to chat), cycling
+    through the four by application: many sessions behind one long system prompt under one adapter.
+    `apps` == 0 (the mixed shape): every shared system prompt is used by sessions of several specialists, so the
+    same text reaches the engines under several adapters (separate KV-cache entries) and sessions share little."""
+    if apps:
+        return SPECIALISTS[(s % apps) % len(SPECIALISTS)]
     return SPECIALISTS[(s + s // len(systems)) % len(SPECIALISTS)]
 
 
@@ -530,7 +540,7 @@ def conversation(s: int, turns: int, systems: list[str], users: list[str], salt:
     return out
 
 
-def working_set(sessions: int, turns: int, systems: list[str], users: list[str], model_dir: Path,
+def working_set(sessions: int, turns: int, systems: list[str], users: list[str], model_dir: Path, apps: int,
                 block_size: int = BLOCK_SIZE) -> dict[str, int]:
     """Prompt tokens of the workload as each session's specialist renders it: the longest request, the sum over
     sessions of each one's last request (what the engines must hold at once to serve every next turn from cache),
@@ -546,7 +556,7 @@ def working_set(sessions: int, turns: int, systems: list[str], users: list[str],
     settings = load_settings(None).specialists
     requests: list[list[tuple[str, list[int]]]] = []
     for s in range(sessions):
-        profile = load_profile(settings, session_specialist(s, systems))
+        profile = load_profile(settings, session_specialist(s, systems, apps))
         rows = []
         for messages in conversation(s, turns, systems, users, salt="0" * 12):
             chat = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages))  # type: ignore[arg-type]
@@ -589,18 +599,18 @@ def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int)
 
 
 async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
-                     users: list[str], concurrency: int) -> RunResult:
+                     users: list[str], concurrency: int, apps: int) -> RunResult:
     """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets.
 
     The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids."""
     salt = uuid.uuid4().hex[:12]
-    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt))
+    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps))
     gate = asyncio.Semaphore(concurrency)
     counter = iter(range(10**9))
 
     async def session(s: int) -> None:
         session_id = f"{salt}-{s}"
-        specialist = session_specialist(s, systems)
+        specialist = session_specialist(s, systems, apps)
         for messages in conversation(s, turns, systems, users, salt):
             target = targets[next(counter) % len(targets)]
             async with gate:
@@ -936,15 +946,17 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     quick = args.quick
     t = time.monotonic()
     shape = dict(sessions=args.sessions, turns=args.turns, systems=args.work_systems, users=users,
-                 concurrency=4 if quick else 8)
+                 concurrency=4 if quick else 8, apps=args.apps)
     arms: dict[str, list[str]] = {"ours round_robin": ["rr"], "ours prefix_affinity": ["a"]}
     if stack.smg:
         arms.update({"smg cache_aware x1": ["smg1"], "ours prefix_affinity x2": ["a", "b"],
                      "smg cache_aware x2 mesh": ["smg2a", "smg2b"]})
     else:
         log("  smg is not installed (pip install smg): no comparison with SGLang's router")
-    log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {len(args.work_systems)} "
-        f"shared system prompts, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
+    what = (f"{args.apps} applications of {args.app_chars}-character system prompts, each application's sessions on "
+            "one specialist" if args.apps else f"mixed shape: {len(args.work_systems)} shared system prompts across "
+            "specialists")
+    log(f"multi-turn workload ({shape['sessions']} sessions x {shape['turns']} turns, {what}, working set {args.sizes['working_set']} tokens, {len(stack.engines)} engines of "
         f"{args.kv_tokens} KV tokens; {args.repeats} rounds, arms interleaved):")
     runs: dict[str, list[RunResult]] = {name: [] for name in arms}
     names = list(arms)
@@ -989,7 +1001,8 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
                              for name, rs in runs.items()}
     out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
-    out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency")},
+    out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency", "apps")},
+                       "app_chars": args.app_chars if args.apps else None,
                        "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
     log(f"  ({time.monotonic() - t:.1f} s)")
 
@@ -1008,6 +1021,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 9, "
                         "or 25 without --quick: not a multiple of the replica count, so round robin cannot land a "
                         "session's turns on one replica by accident when sessions advance in step).")
+    parser.add_argument("--apps", type=int, default=2,
+                        help="Applications of the multi-turn workload (default 2): each has one long system prompt "
+                        "(--app-chars, as a real application's instructions and tool definitions are) and its own "
+                        "specialist, and session s belongs to application s %% apps, so many sessions share one long "
+                        "head under one adapter. Production has few applications with many users each, hence few "
+                        "applications and several sessions each by default. 0: the mixed shape (4 short system prompts "
+                        "shared across specialists, sessions sharing almost nothing under one adapter).")
+    parser.add_argument("--app-chars", type=int, default=0,
+                        help="Characters of each application's system prompt (default 2000, or 6000 without --quick; "
+                        "about 5 characters a token).")
     parser.add_argument("--turns", type=int, default=0, help="Turns per session (default 5, or 8 without --quick).")
     parser.add_argument("--pairs", type=int, default=0, help="Prompts of the paired router-added TTFT (default 8, "
                         "or 80 without --quick; 4 more warm up).")
@@ -1056,9 +1079,12 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = ensure_builtin_model(args.model, cache_dir=args.cache_dir, progress=False).model_dir
     args.sessions = args.sessions or (9 if args.quick else 25)
     args.turns = args.turns or (5 if args.quick else 8)
-    args.work_systems = system_prompts(4, 250, seed=11)
+    if args.apps < 0:
+        parser.error("--apps must be 0 (the mixed shape) or more")
+    args.app_chars = args.app_chars or (2000 if args.quick else 6000)
+    args.work_systems = system_prompts(args.apps, args.app_chars, seed=13) if args.apps else system_prompts(4, 250, seed=11)
     users = list(dict.fromkeys(u[:300] for u in dev_prompts(800, seed=3)))
-    args.sizes = working_set(args.sessions, args.turns, args.work_systems, users, model_dir)
+    args.sizes = working_set(args.sessions, args.turns, args.work_systems, users, model_dir, args.apps)
     if not args.kv_tokens:
         args.kv_tokens = max(args.sizes["longest_request"] + args.max_new_tokens + 64,
                              int(1.25 * args.sizes["working_set"] / args.replicas))
