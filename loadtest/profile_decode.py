@@ -36,13 +36,19 @@ from macaron.engine.bench import engine_decode_tps, long_prompts, warm_prefix
 from macaron.engine.engine import LLMEngine
 
 
-def decode_gather(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
-    budget = eng.runner.contiguous.budget_tokens
-    eng.runner.contiguous.budget_tokens = 0
+def _decode_with(owner: object, knob: str, value: object, eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
+    """Decode tokens/s with `owner.knob` set to `value` for the run (restored after): one arm's switch."""
+    before = getattr(owner, knob)
+    setattr(owner, knob, value)
     try:
         return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
     finally:
-        eng.runner.contiguous.budget_tokens = budget
+        setattr(owner, knob, before)
+
+
+def decode_gather(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
+    """No contiguous copies: every step gathers each row's context from the paged cache."""
+    return _decode_with(eng.runner.contiguous, "budget_tokens", 0, eng, prompts, adapters, new_tokens)
 
 
 def decode_copy(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
@@ -51,29 +57,17 @@ def decode_copy(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
 
 def decode_per_row(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     """Each row attends over its own copy (cascade attention off: the engine before it)."""
-    eng.runner.cascade_attention = False
-    try:
-        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
-    finally:
-        eng.runner.cascade_attention = True
+    return _decode_with(eng.runner, "cascade_attention", False, eng, prompts, adapters, new_tokens)
 
 
 def decode_per_module_shrink(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     """The default path but with one LoRA shrink matmul per module instead of one per fused projection."""
-    eng.lora.pool.fused_shrink = False
-    try:
-        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
-    finally:
-        eng.lora.pool.fused_shrink = True
+    return _decode_with(eng.lora.pool, "fused_shrink", False, eng, prompts, adapters, new_tokens)
 
 
 def decode_copy_at_decode(eng: LLMEngine, prompts, adapters, new_tokens: int) -> float:
     """Copies as the engine made them before: only at the first decode step, gathered from the blocks."""
-    eng.runner.contiguous.incremental = False
-    try:
-        return engine_decode_tps(eng, prompts, adapters, new_tokens, clock=CLOCK[0])
-    finally:
-        eng.runner.contiguous.incremental = True
+    return _decode_with(eng.runner.contiguous, "incremental", False, eng, prompts, adapters, new_tokens)
 
 
 def shares(raw: Path) -> dict:

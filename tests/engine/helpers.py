@@ -136,6 +136,30 @@ def run_all(eng: LLMEngine, requests: list[GenerateRequest], stagger: int = 0) -
     return done
 
 
+def logits_and_tokens(eng: LLMEngine, prompts: list[str], adapters: list[str | None]) -> tuple[list[torch.Tensor], dict]:
+    """Every sampled row's logits (the sampler's input, step by step) and the greedy tokens of one batch,
+    prompt i with adapter i: what two engine configurations are compared on."""
+    seen: list[torch.Tensor] = []
+    sample = eng.sampler
+
+    class Recording:
+        def __call__(self, logits, seqs):
+            seen.append(logits.clone())
+            return sample(logits, seqs)
+
+    eng.sampler = Recording()
+    try:
+        reqs = [
+            GenerateRequest(rid=f"r{i}", prompt=eng.tokenizer.encode(p, add_special_tokens=False), sampling=greedy(8),
+                            lora_path=a)
+            for i, (p, a) in enumerate(zip(prompts, adapters))
+        ]
+        outs = run_all(eng, reqs)
+    finally:
+        eng.sampler = sample
+    return seen, {rid: o.output_ids for rid, o in outs.items()}
+
+
 class HFReference:
     """Greedy tokens from transformers + peft on the same files (the ground truth)."""
 

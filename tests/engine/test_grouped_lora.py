@@ -16,7 +16,7 @@ from macaron.engine.model_runner import lora_segments
 from macaron.engine.models.layers import BatchContext, lora_delta
 from macaron.engine.models.llama import LORA_MODULES, PROJECTIONS, ModelShape
 
-from .helpers import PROMPTS, greedy, make_engine, run_all
+from .helpers import PROMPTS, greedy, logits_and_tokens, make_engine, run_all
 
 SHAPE = ModelShape(
     architecture="LlamaForCausalLM", vocab_size=32, hidden_size=24, intermediate_size=40, num_layers=2,
@@ -133,29 +133,6 @@ def test_stacked_pool_size_and_tokens_match_the_in_place_slots(tiny_assets, engi
     assert mem.total_bytes == mem.base_weight_bytes + mem.adapter_host_bytes + mem.adapter_pool_bytes + mem.kv_cache_bytes
 
 
-def _logits_and_tokens(eng, adapters: list[str | None]) -> tuple[list[torch.Tensor], dict]:
-    """Every sampled row's logits and the greedy tokens of one batch of mixed-adapter requests."""
-    seen: list[torch.Tensor] = []
-    sample = eng.sampler
-
-    class Recording:
-        def __call__(self, logits, seqs):
-            seen.append(logits.clone())
-            return sample(logits, seqs)
-
-    eng.sampler = Recording()
-    try:
-        reqs = [
-            GenerateRequest(rid=f"r{i}", prompt=eng.tokenizer.encode(p, add_special_tokens=False), sampling=greedy(8),
-                            lora_path=a)
-            for i, (p, a) in enumerate(zip(PROMPTS * 2, adapters))
-        ]
-        outs = run_all(eng, reqs)
-    finally:
-        eng.sampler = sample
-    return seen, {rid: o.output_ids for rid, o in outs.items()}
-
-
 def test_fused_shrink_matches_one_shrink_per_module(qwen_assets):
     """The engine's logits with one shrink per projection equal those with one shrink per module (the
     path before), in one batch mixing base rows, an adapter on q/v only (part of the fused q/k/v) and
@@ -170,9 +147,9 @@ def test_fused_shrink_matches_one_shrink_per_module(qwen_assets):
             for adapter in eng.lora.adapters.values():
                 adapter.slot = -1  # page them into the new pool
         eng.lora.pool.fused_shrink = True
-        got_logits, got_tokens = _logits_and_tokens(eng, rows)
+        got_logits, got_tokens = logits_and_tokens(eng, PROMPTS * 2, rows)
         eng.lora.pool.fused_shrink = False
-        want_logits, want_tokens = _logits_and_tokens(eng, rows)
+        want_logits, want_tokens = logits_and_tokens(eng, PROMPTS * 2, rows)
         assert sum(bool(f) for f in eng.lora.pool.slot_fused) == 2  # both adapters were paged in and read
         assert got_tokens == want_tokens
         assert len(got_logits) == len(want_logits) > 0

@@ -6,31 +6,8 @@ from __future__ import annotations
 import torch
 
 from macaron.engine.models.layers import linear, pack_weight
-from macaron.engine.protocol import GenerateRequest
 
-from .helpers import PROMPTS, greedy, make_engine, run_all
-
-
-def _logits_and_tokens(eng, prompts: list[str], adapters: list[str | None]) -> tuple[list[torch.Tensor], dict]:
-    seen: list[torch.Tensor] = []
-    sample = eng.sampler
-
-    class Recording:
-        def __call__(self, logits, seqs):
-            seen.append(logits.clone())
-            return sample(logits, seqs)
-
-    eng.sampler = Recording()
-    try:
-        reqs = [
-            GenerateRequest(rid=f"r{i}", prompt=eng.tokenizer.encode(p, add_special_tokens=False), sampling=greedy(8),
-                            lora_path=a)
-            for i, (p, a) in enumerate(zip(prompts, adapters))
-        ]
-        outs = run_all(eng, reqs)
-    finally:
-        eng.sampler = sample
-    return seen, {rid: o.output_ids for rid, o in outs.items()}
+from .helpers import PROMPTS, logits_and_tokens, make_engine
 
 
 def test_linear_over_a_packed_weight_equals_f_linear_at_every_batch_size():
@@ -53,8 +30,8 @@ def test_packed_engine_matches_plain_weights(qwen_assets):
     assert all(layer.qkv.is_mkldnn and layer.down.is_mkldnn for layer in packed.runner.model.layers)
     assert packed.runner.model.lm_head.is_mkldnn and not plain.runner.model.lm_head.is_mkldnn
     prompts, names = PROMPTS, [None, "qv", "mlp", "qv"]
-    got_logits, got_tokens = _logits_and_tokens(packed, prompts, names)
-    want_logits, want_tokens = _logits_and_tokens(plain, prompts, names)
+    got_logits, got_tokens = logits_and_tokens(packed, prompts, names)
+    want_logits, want_tokens = logits_and_tokens(plain, prompts, names)
     assert got_tokens == want_tokens
     assert len(got_logits) == len(want_logits) > 0
     for got, want in zip(got_logits, want_logits):
