@@ -50,7 +50,7 @@ async def test_two_replicas_share_one_limit_through_redis(redis_url: str) -> Non
     key = new_api_key()
     settings = _settings(key, rpm=3)
     prefix = f"test:{uuid.uuid4().hex}:"
-    replicas = [Guard(settings, RedisStore(redis_url, key_prefix=prefix), dev_mode=False) for _ in range(2)]
+    replicas = [Guard(settings, RedisStore(redis_url, timeout_s=2.0, key_prefix=prefix), dev_mode=False) for _ in range(2)]
     await replicas[0].admit(key)
     await replicas[1].admit(key)
     await replicas[0].admit(key)

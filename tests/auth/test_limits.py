@@ -19,7 +19,7 @@ def _settings(key: str, **limits: Any) -> AuthSettings:
 
 @pytest.fixture
 async def redis_store(redis_url: str):
-    store = RedisStore(redis_url, key_prefix=f"test-limits-{uuid.uuid4().hex[:8]}:")
+    store = RedisStore(redis_url, timeout_s=2.0, key_prefix=f"test-limits-{uuid.uuid4().hex[:8]}:")
     yield store
     await store.close()
 

@@ -64,7 +64,7 @@ def test_state_round_trips_through_json() -> None:
 
 async def test_state_is_shared_through_redis(redis_url: str) -> None:
     prefix = f"test-versions-{uuid.uuid4().hex[:8]}:"
-    one, two = (RedisStore(redis_url, key_prefix=prefix) for _ in range(2))
+    one, two = (RedisStore(redis_url, timeout_s=2.0, key_prefix=prefix) for _ in range(2))
     defaults = {"code": SpecialistState.initial("code", "code", "v1")}
     try:
         a, b = VersionStore(one, defaults), VersionStore(two, defaults)
@@ -115,7 +115,7 @@ async def test_usage_of_every_router_is_summed_and_a_silent_router_stops_countin
     from macaron.lifecycle.usage import UsageTracker
 
     prefix = f"test-usage-{uuid.uuid4().hex[:8]}:"
-    store = RedisStore(redis_url, key_prefix=prefix)
+    store = RedisStore(redis_url, timeout_s=2.0, key_prefix=prefix)
     try:
         versions = VersionStore(store, {"code": SpecialistState.initial("code", "code", "v1")})
         one, two = UsageTracker(store, "r1"), UsageTracker(store, "r2")
@@ -140,7 +140,7 @@ async def test_usage_changes_go_out_after_the_coalescing_window_every_specialist
     from macaron.lifecycle.usage import UsageTracker
 
     prefix = f"test-usage-{uuid.uuid4().hex[:8]}:"
-    store = RedisStore(redis_url, key_prefix=prefix)
+    store = RedisStore(redis_url, timeout_s=2.0, key_prefix=prefix)
     tracker = UsageTracker(store, "r1", heartbeat_s=30.0, coalesce_s=0.1)
     try:
         versions = VersionStore(store, {n: SpecialistState.initial(n, n, "v1") for n in ("code", "chat")})

@@ -17,7 +17,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
         s: Store = MemoryStore()
     else:
         url = request.getfixturevalue("redis_url")
-        s = RedisStore(url, key_prefix=f"test:{uuid.uuid4().hex}:")
+        s = RedisStore(url, timeout_s=2.0, key_prefix=f"test:{uuid.uuid4().hex}:")
     yield s
     await s.close()
 
