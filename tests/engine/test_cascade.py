@@ -12,7 +12,7 @@ from macaron.engine.cascade import attend_cascade, shared_prefix_groups
 from macaron.engine.contiguous_kv import ContiguousKV, attend_contiguous
 from macaron.engine.models import layers
 
-from .helpers import greedy, make_engine
+from .helpers import greedy, make_engine, run_all
 
 LONG = "The quick brown fox jumps over the lazy dog. def add(a, b): return a + b. " * 6
 
@@ -89,19 +89,10 @@ def _batch(eng, new_tokens: int) -> list[GenerateRequest]:
 def _run(eng, requests, new_tokens: int) -> tuple[list[torch.Tensor], dict[str, list[int]]]:
     # cache the shared prompt under each adapter first, so that the batch hits the prefix cache
     ids = eng.tokenizer.encode(LONG, add_special_tokens=False)
-    for a in (None, "code", "ui"):
-        eng.add_request(GenerateRequest(rid=f"warm-{a}", prompt=ids, sampling=greedy(1), lora_path=a))
-    while eng.has_unfinished():
-        eng.step()
+    run_all(eng, [GenerateRequest(rid=f"warm-{a}", prompt=ids, sampling=greedy(1), lora_path=a)
+                  for a in (None, "code", "ui")])
     logits = _capture_logits(eng)
-    for r in requests:
-        eng.add_request(r)
-    outs: dict[str, list[int]] = {}
-    while eng.has_unfinished():
-        for o in eng.step():
-            if o.finished:
-                outs[o.rid] = o.output_ids
-    return logits, outs
+    return logits, {rid: o.output_ids for rid, o in run_all(eng, requests).items()}
 
 
 def test_engine_batch_cascade_equals_per_row_path_and_transformers(tiny_assets, tiny_ref, monkeypatch):

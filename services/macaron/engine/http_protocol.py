@@ -24,6 +24,7 @@ from macaron.engine.protocol import (
     RequestOutput,
 )
 from macaron.engine.sampling_params import SamplingParams
+from macaron.telemetry import DEADLINE_HEADER
 
 SGLANG_RELEASE = "0.5.23"
 """The SGLang release whose HTTP API this server matches."""
@@ -131,11 +132,10 @@ class Refused(Exception):
         self.response = response
 
 
-DEADLINE_HEADER = "x-macaron-timeout"
-"""Seconds the caller still waits for a /generate answer (a positive decimal; the project's engine client sends it,
-the gateway reads the same header from its clients). SGLang has no per-request deadline, only the server-wide
-SGLANG_REQ_WAITING_TIMEOUT and SGLANG_REQ_RUNNING_TIMEOUT, and ignores the header; this engine aborts the request
-when the time is up, queued or running, so a caller that vanished without closing its connection leaves no work."""
+# DEADLINE_HEADER (macaron.telemetry): seconds the caller still waits for a /generate answer (a positive decimal; the
+# project's engine client sends it, the gateway reads the same header from its clients). SGLang has no per-request deadline, only the server-wide
+# SGLANG_REQ_WAITING_TIMEOUT and SGLANG_REQ_RUNNING_TIMEOUT, and ignores the header; this engine aborts the request
+# when the time is up, queued or running, so a caller that vanished without closing its connection leaves no work.
 DEADLINE_STATUS = 504
 """The status of a request stopped at its deadline (SGLang's global timeouts say 503; a client would retry that)."""
 

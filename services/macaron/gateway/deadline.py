@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from macaron.gateway.errors import GatewayError
+from macaron.telemetry import DEADLINE_HEADER
 
-TIMEOUT_HEADER = "x-macaron-timeout"
+TIMEOUT_HEADER = DEADLINE_HEADER
 """Seconds the caller waits for the whole answer (ours)."""
 OPENAI_READ_TIMEOUT_HEADER = "x-stainless-read-timeout"
 """The official openai clients' read timeout in seconds (sent with every request)."""

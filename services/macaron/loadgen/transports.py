@@ -14,10 +14,11 @@ from typing import Any, Protocol
 
 from macaron.loadgen.config import LoadConfig
 from macaron.loadgen.report import OK, RequestResult
+from macaron.telemetry import DEADLINE_HEADER
 
 TIMEOUT_SLACK_S = 5.0
-TIMEOUT_HEADER = "x-macaron-timeout"
-"""The gateway's deadline header (macaron.gateway.deadline), named here to keep the load generator light."""
+TIMEOUT_HEADER = DEADLINE_HEADER
+"""The gateway's deadline header, the one every hop passes on (macaron.telemetry)."""
 
 
 class Transport(Protocol):

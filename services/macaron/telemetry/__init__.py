@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 REQUEST_ID_KEY = "x-request-id"
 """Header / metadata key carrying the caller's request id through every hop."""
 MAX_REQUEST_ID_LENGTH = 128
+DEADLINE_HEADER = "x-macaron-timeout"
+"""Header carrying the seconds the caller still waits: a client sends it to the gateway, the load generator
+sends it, the engine client sends its time left to the engine, and the embedded engine stops the request then."""
 
 _request_id: ContextVar[str | None] = ContextVar("macaron_request_id", default=None)
 _configured = False
