@@ -56,6 +56,26 @@ async def test_tokens_per_minute_are_charged_when_requests_end(redis_store) -> N
     assert 0 < info.value.retry_after_s <= 60
 
 
+async def test_an_over_limit_request_takes_no_slot(redis_store) -> None:
+    """Rate, budget and slot are one store call: a request refused by its rate limit holds no slot (the slots
+    of the requests in flight are all there is), and one refused for want of a slot uses no request."""
+    settings = _settings("mk-r", requests_per_minute=2, max_concurrent_requests=1)
+    a, b = (Guard(settings, redis_store, dev_mode=False) for _ in range(2))
+    principal = a.authenticate("mk-r")
+    inflight = f"inflight:{principal.name}"
+    lease = await a.lease(principal)
+    with pytest.raises(RateLimitedError, match="in flight"):
+        await b.lease(principal)  # no slot: refused, and this request is not counted against the rate
+    assert sum(int(v) for v in (await redis_store.hgetall_many([inflight]))[0].values()) == 1
+    await lease.release()
+    lease = await b.lease(principal)  # the second request of the minute: the refused one did not count
+    await lease.release()
+    with pytest.raises(RateLimitedError, match="rate limit") as info:
+        await a.lease(principal)
+    assert 0 < info.value.retry_after_s <= 60
+    assert sum(int(v) for v in (await redis_store.hgetall_many([inflight]))[0].values()) == 0
+
+
 async def test_keys_without_these_limits_hold_no_lease() -> None:
     guard = Guard(_settings("mk-free"), MemoryStore(), dev_mode=False)
     principal = guard.authenticate("mk-free")

@@ -8,7 +8,7 @@ from typing import AsyncIterator
 
 import pytest
 
-from macaron.store import MemoryStore, RedisStore, Store, StoreUnavailableError
+from macaron.store import Admission, MemoryStore, RedisStore, Store, StoreUnavailableError
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -95,6 +95,37 @@ async def test_rate_limit_sliding_window(store: Store) -> None:
     assert (await store.rate_limit("key", limit=3, window_s=0.5)).allowed
     big = await store.rate_limit("cost", limit=3, window_s=1, cost=4)
     assert not big.allowed
+
+
+async def test_admit_takes_every_limit_or_none(store: Store) -> None:
+    """One call checks the request rate, the token budget and a concurrency slot; a refusal writes nothing: it
+    counts against no window and takes no slot."""
+    ticket = Admission(rate_key="rate", rate_limit=3, window_s=30, tokens_key="tokens", tokens_limit=100,
+                       slots_key="slots", slots_field="r1", slots_limit=2, slots_ttl_s=30)
+    first, second, third = [await store.admit(ticket) for _ in range(3)]
+    assert first.allowed and second.allowed
+    assert (third.allowed, third.refused, third.used) == (False, "slots", 2)
+    assert await store.hgetall_many(["slots"]) == [{"r1": b"2"}]
+    await store.hincrby("slots", "r1", -1, ttl_s=30)  # one request ends
+    assert (await store.admit(ticket)).allowed  # the refused one did not count against the rate: 3 of 3
+    refused = await store.admit(ticket)
+    assert (refused.allowed, refused.refused) == (False, "rate")
+    assert 0 < refused.retry_after_s <= 30
+    assert await store.hgetall_many(["slots"]) == [{"r1": b"2"}]  # refused by the rate: no slot taken
+    await store.hset("tokens", {"used": b"100"}, ttl_s=30)
+    spent = await store.admit(Admission(tokens_key="tokens", tokens_limit=100))
+    assert (spent.allowed, spent.refused, spent.used) == (False, "tokens", 100)
+    assert (await store.admit(Admission())).allowed  # nothing to check
+
+
+async def test_a_read_carries_an_admission_in_the_same_call(store: Store) -> None:
+    await store.hset("state", {"v": b"1"}, ttl_s=30)
+    ticket = Admission(rate_key="r", rate_limit=1, window_s=30, slots_key="s", slots_field="me", slots_limit=5)
+    rows, verdict = await store.hgetall_many_and_admit(["state", "nope"], ticket)
+    assert rows == [{"v": b"1"}, {}] and verdict.allowed
+    rows, verdict = await store.hgetall_many_and_admit(["state"], ticket)
+    assert rows == [{"v": b"1"}] and verdict.refused == "rate"
+    assert await store.hgetall_many(["s"]) == [{"me": b"1"}]
 
 
 async def test_ping(store: Store) -> None:

@@ -63,7 +63,7 @@ from macaron.router.sessions import SessionStore, session_key
 from macaron.router.sessions import decode as decode_session
 from macaron.router.settings import RouterSettings
 from macaron.router.store_gate import GatedStore
-from macaron.store import StoreUnavailableError
+from macaron.store import Admission, AdmitResult, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 MAX_BACKGROUND_WRITES = 1024
@@ -135,6 +135,22 @@ class StepTimes:
     judge_ms: float = 0.0
     placement_ms: float = 0.0
     upstream_ttft_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitOnRead:
+    """The caller's limits, checked and taken in the route's session-and-states read: one state-store round
+    trip for both. `answer` always gets the store's verdict, or its error (the guard then counts per process);
+    the read is never cancelled once sent, so a slot the store took is always handed to a lease."""
+
+    admission: Admission
+    answer: "asyncio.Future[AdmitResult]"
+
+
+async def _passed(gate: Awaitable[Any]) -> None:
+    """Waits for the caller's limits; a cancelled request does not cancel them (the lease they may hold must
+    reach the caller, which releases it)."""
+    await asyncio.shield(gate)
 
 
 class InvalidHintError(ValueError):
@@ -340,7 +356,7 @@ class RoutingCore:
         if not escalating or first is None or first.confidence >= getattr(c, "threshold", 0.0):
             return first
         if gate is not None:  # its error (over the limit) is the caller's, not a classifier failure
-            await gate
+            await _passed(gate)
         return await asyncio.to_thread(_classified_or_none, lambda: c.classify(messages=messages, tools=tools, **extra))
 
     async def read_session(self, owner: str, session_id: str) -> SessionView | None:
@@ -360,10 +376,14 @@ class RoutingCore:
             log.warning("no base-group replica discovered (%s): forwarding without a replica hint", exc)
             return ()
 
-    async def read_session_and_states(self, req: RouteRequest) -> tuple[SessionView | None, dict[str, SpecialistState]]:
+    async def read_session_and_states(self, req: RouteRequest, admit: AdmitOnRead | None = None
+                                      ) -> tuple[SessionView | None, dict[str, SpecialistState]]:
         """The session (when there is one) and every specialist's version state, in one store round trip. A forced
         request reads its session too: the decision does not need it, but placement does (the session's replica
-        holds its history), and it rides on the states read at no extra round trip."""
+        holds its history), and it rides on the states read at no extra round trip. `admit`: the caller's limits
+        ride on it too (their verdict goes to `admit.answer`)."""
+        if admit is not None:
+            return await self._read_and_admit(req, admit)
         if not req.session_id:
             return None, await self.versions.states()
         try:
@@ -371,6 +391,26 @@ class RoutingCore:
         except StoreUnavailableError:
             return None, self.versions.last_states
         return decode_session(raws[0]), await self.versions.accept(raws[1:])
+
+    async def _read_and_admit(self, req: RouteRequest, admit: AdmitOnRead
+                              ) -> tuple[SessionView | None, dict[str, SpecialistState]]:
+        answer = admit.answer
+        keys = ([session_key(req.owner, req.session_id)] if req.session_id else []) + self.versions.state_keys()
+        try:
+            raws, verdict = await self.store.hgetall_many_and_admit(keys, admit.admission)
+        except StoreUnavailableError as exc:
+            if not answer.done():
+                answer.set_exception(exc)
+            return None, self.versions.last_states
+        except BaseException:
+            if not answer.done():
+                answer.cancel()
+            raise
+        if not answer.done():
+            answer.set_result(verdict)
+        if req.session_id:
+            return decode_session(raws[0]), await self.versions.accept(raws[1:])
+        return None, await self.versions.accept(raws)
 
     async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None,
                      times: StepTimes | None = None, gate: Awaitable[Any] | None = None
@@ -392,7 +432,7 @@ class RoutingCore:
                          policy=self.decision_policy, new_turn_words=newest_user_words(req.chat.messages))
         if isinstance(outcome, Unsure):
             if gate is not None:
-                await gate
+                await _passed(gate)
             outcome = await self._judge(req, outcome)
             if times is not None:
                 times.judge_ms += (time.perf_counter() - t1) * 1000
@@ -529,18 +569,20 @@ class RoutingCore:
         placement = self.profile.run(preq, replicas, snapshot)
         return placement.replica, placement, snapshot, preq
 
-    async def route(self, req: RouteRequest, *, gate: Awaitable[Any] | None = None) -> Route:
+    async def route(self, req: RouteRequest, *, gate: Awaitable[Any] | None = None,
+                    admit: AdmitOnRead | None = None) -> Route:
         """Decides and places one request; the caller forwards it, then calls `Route.release()`.
 
-        `gate` (an asyncio future, e.g. the caller's rate-limit check, already running) is awaited after
-        the classifier (before the judge, if it is asked) and before anything is placed or recorded: its
-        store round trip overlaps the decision's, and if it raises, the request leaves no trace.
+        `gate` (an asyncio future, e.g. the caller's limits, already running) is awaited after the classifier
+        (before the judge, if it is asked) and before anything is placed or recorded, and if it raises, the
+        request leaves no trace. `admit`: the limits' store call, sent in the session-and-states read's pipeline
+        (the gate waits for its answer), so admission adds no round trip.
         """
         t0 = time.perf_counter()
         times = StepTimes()
         decided: tuple[Decision, SessionView | None] | None = None
         # the session and version states: one round trip, sent before anything else, so it overlaps the rest
-        reading = asyncio.ensure_future(self.read_session_and_states(req))
+        reading = asyncio.ensure_future(self.read_session_and_states(req, admit))
         early = None
         try:
             guess = self._guess(req)
@@ -558,11 +600,11 @@ class RoutingCore:
                 early = self._read_ahead(req, guess)
                 times.placement_ms += (time.perf_counter() - ta) * 1000
             tw = time.perf_counter()
-            session, states = await reading
+            session, states = await (reading if admit is None else asyncio.shield(reading))
             times.state_read_ms = (time.perf_counter() - tw) * 1000
             decision, session = decided or await self.decide(req, prefetched=(session,), times=times, gate=gate)
             if gate is not None:
-                await gate
+                await _passed(gate)
             state = states[decision.specialist]
             choice = self.choose_version(req, decision, session, state)
             t1 = time.perf_counter()
@@ -573,7 +615,10 @@ class RoutingCore:
                                                                   ahead=ahead)
         finally:
             if not reading.done():
-                reading.cancel()
+                if admit is None:
+                    reading.cancel()
+                else:  # it carries the limits: it ends by itself and hands their verdict on
+                    reading.add_done_callback(_consume)
             if early is not None:  # guessed wrong (or failed): its read is dropped
                 early[1].cancel()
         t2 = time.perf_counter()

@@ -29,8 +29,9 @@ from macaron.prompting.convert import request_from_proto
 from macaron.prompting.messages import RequestError
 from macaron.router.decision import Decision
 from macaron.router.forwarder import Forwarder
-from macaron.router.routing import InvalidHintError, Route, RouteRequest, RoutingCore
+from macaron.router.routing import AdmitOnRead, InvalidHintError, Route, RouteRequest, RoutingCore
 from macaron.router.sessions import MAX_SESSION_ID_LENGTH
+from macaron.store import Admission, AdmitResult
 from macaron.v1 import common_pb2 as pb
 from macaron.v1 import router_pb2, router_pb2_grpc
 
@@ -131,12 +132,6 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         except RateLimitedError as exc:
             raise rate_limited(str(exc), exc.retry_after_s) from None
 
-    async def _acquire(self, principal: Principal) -> Lease:
-        try:
-            return await self.guard.acquire(principal)
-        except RateLimitedError as exc:
-            raise rate_limited(str(exc), exc.retry_after_s) from None
-
     def _release(self, lease: Lease, tokens: int) -> None:
         """In the background: a cancelled call's cleanup must not wait on the store, nor be cancelled with it."""
         if lease is NO_LEASE:
@@ -150,13 +145,16 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         await self._check_limit(principal)
         return principal
 
-    async def _limits(self, principal: Principal) -> tuple[Lease, float]:
-        """The request limit, then the concurrency slot and token budget: the store round trips that run
-        side by side with the routing decision (`RoutingCore.route`'s gate). Returns the lease and the
-        milliseconds they took."""
+    async def _limits(self, principal: Principal, admission: Admission,
+                      answer: "asyncio.Future[AdmitResult]") -> tuple[Lease, float]:
+        """The request rate, the token budget and the concurrency slot, settled from the store's one answer (sent
+        in the route's session-and-states read, `AdmitOnRead`). Returns the lease and the milliseconds until the
+        verdict, which overlap the routing decision (`RoutingCore.route`'s gate)."""
         t = time.perf_counter()
-        await self._check_limit(principal)
-        lease = await self._acquire(principal)
+        try:
+            lease = await self.guard.lease(principal, admission, answer=answer)
+        except RateLimitedError as exc:
+            raise rate_limited(str(exc), exc.retry_after_s) from None
         return lease, (time.perf_counter() - t) * 1000
 
     def _drop_lease(self, admitted: "asyncio.Future[tuple[Lease, float]]") -> None:
@@ -237,12 +235,14 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         try:
             principal = self._authenticate(metadata)
             req = self._route_request(request, principal, request_id, context)
-            # The limits' store round trips run beside the decision (its session read, the classifier), not
-            # before it; the route awaits them before the judge (an engine call) and before anything is placed
-            # or recorded, so an over-limit caller costs at most the classifier and leaves no trace.
-            admitted = asyncio.ensure_future(self._limits(principal))
+            # The limits ride on the route's session-and-states read (one state-store round trip for both) and are
+            # settled beside the decision; the route awaits them before the judge (an engine call) and before
+            # anything is placed or recorded, so an over-limit caller costs at most the classifier and leaves no trace.
+            admission = self.guard.admission(principal)
+            answer: asyncio.Future[AdmitResult] = asyncio.get_running_loop().create_future()
+            admitted = asyncio.ensure_future(self._limits(principal, admission, answer))
             try:
-                route = await self.core.route(req, gate=admitted)
+                route = await self.core.route(req, gate=admitted, admit=AdmitOnRead(admission, answer))
             except InvalidHintError as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             finally:

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
 
-from macaron.store import RateLimitResult, Store, StoreUnavailableError
+from macaron.store import Admission, AdmitResult, RateLimitResult, Store, StoreUnavailableError
 from macaron.store.base import HashOp
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,13 @@ class GatedStore:
 
     async def rate_limit(self, key: str, limit: int, window_s: float, cost: int = 1) -> RateLimitResult:
         return await self._call(lambda: self.store.rate_limit(key, limit, window_s, cost))
+
+    async def admit(self, admission: Admission) -> AdmitResult:
+        return await self._call(lambda: self.store.admit(admission))
+
+    async def hgetall_many_and_admit(self, keys: Sequence[str], admission: Admission
+                                     ) -> tuple[list[dict[str, bytes]], AdmitResult]:
+        return await self._call(lambda: self.store.hgetall_many_and_admit(keys, admission))
 
     async def ping(self) -> bool:
         try:

@@ -4,6 +4,11 @@
 applies its per-key limit in the shared store, so N replicas enforce one limit. When the store
 is unreachable the limit is kept per process instead (a request never fails because Redis is
 down), and `degraded` says so for health and metrics.
+
+`Guard.lease(principal)` checks and takes all of a request's limits (request rate, token budget,
+concurrency slot) in one store call (`Store.admit`, one Lua script): a refused request counts
+against nothing and holds nothing. The router sends that call inside its state read's pipeline
+(`Guard.admission` + `Guard.lease(..., answer=...)`), so admission costs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Awaitable
 
 from macaron.auth.keys import hash_api_key
 from macaron.auth.settings import AuthSettings
-from macaron.store import MemoryStore, Store, StoreUnavailableError
+from macaron.store import Admission, AdmitResult, MemoryStore, Store, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -149,43 +155,66 @@ class Guard:
                 retry_after_s=result.retry_after_s,
             )
 
-    async def acquire(self, principal: Principal) -> Lease:
-        """Takes a concurrency slot and checks the token budget of the caller's key, shared in the store;
-        RateLimitedError when either is spent. Release the lease when the request ends."""
-        if principal.max_concurrent_requests is None and principal.tokens_per_minute is None:
-            return NO_LEASE
+    def admission(self, principal: Principal, *, rate: bool = True) -> Admission:
+        """The caller's limits as one store call: the request rate (unless `rate` is False), the token budget of
+        this clock minute and a concurrency slot, where the key has them."""
+        name = principal.name
+        tokens = principal.tokens_per_minute
+        slots = principal.max_concurrent_requests
+        return Admission(
+            rate_key=f"ratelimit:{name}" if rate else None, rate_limit=principal.requests_per_minute,
+            window_s=LIMIT_WINDOW_S,
+            tokens_key=None if tokens is None else f"tokens:{name}:{int(time.time() // TOKEN_WINDOW_S)}",
+            tokens_limit=tokens or 0,
+            slots_key=None if slots is None else f"inflight:{name}", slots_field=self._replica,
+            slots_limit=slots or 0, slots_ttl_s=INFLIGHT_TTL_S,
+        )
+
+    async def lease(self, principal: Principal, admission: Admission | None = None, *,
+                    answer: Awaitable[AdmitResult] | None = None) -> Lease:
+        """Admits one request: checks and takes its limits in the shared store (`answer`: the store's verdict
+        on `admission`, already asked for in another pipeline), or per process while the store is down.
+        RateLimitedError when a limit refuses it (it then holds nothing); release the lease when it ends."""
+        admission = admission if admission is not None else self.admission(principal)
+        store = self._store
         try:
-            store = self._store
-            await self._take(principal, store)
+            result = await (answer if answer is not None else store.admit(admission))
+            if self.degraded:
+                logger.info("shared store is back: per-key limits are shared again")
+            self.degraded = False
         except StoreUnavailableError as exc:
             if not self.degraded:
                 logger.warning("shared store unavailable (%s): enforcing limits per process", exc)
             self.degraded = True
             store = self._fallback
-            await self._take(principal, store)
+            result = await store.admit(admission)
+        if not result.allowed:
+            raise self._refusal(principal, admission, result)
+        if admission.slots_key is None and admission.tokens_key is None:
+            return NO_LEASE
         return Lease(self, principal, store)
 
-    async def _take(self, principal: Principal, store: Store) -> None:
-        if principal.tokens_per_minute is not None:
+    async def acquire(self, principal: Principal) -> Lease:
+        """Takes a concurrency slot and checks the token budget of the caller's key (no request-rate count),
+        shared in the store, in one call; RateLimitedError when either is spent. Release the lease when the
+        request ends."""
+        if principal.max_concurrent_requests is None and principal.tokens_per_minute is None:
+            return NO_LEASE
+        return await self.lease(principal, self.admission(principal, rate=False))
+
+    @staticmethod
+    def _refusal(principal: Principal, admission: Admission, result: AdmitResult) -> RateLimitedError:
+        name = principal.name
+        if result.refused == "tokens":
             window = int(time.time() // TOKEN_WINDOW_S)
-            (bucket,) = await store.hgetall_many([f"tokens:{principal.name}:{window}"])
-            used = int(bucket.get("used", b"0"))
-            if used >= principal.tokens_per_minute:
-                retry = (window + 1) * TOKEN_WINDOW_S - time.time()
-                raise RateLimitedError(
-                    f"token budget of {principal.tokens_per_minute} tokens per minute spent for '{principal.name}' "
-                    f"({used} used this minute)", retry_after_s=max(retry, 0.001))
-        limit = principal.max_concurrent_requests
-        if limit is not None:
-            key = f"inflight:{principal.name}"
-            await store.hincrby(key, self._replica, 1, INFLIGHT_TTL_S)
-            (fields,) = await store.hgetall_many([key])
-            in_flight = sum(int(v) for v in fields.values())
-            if in_flight > limit:
-                await store.hincrby(key, self._replica, -1, INFLIGHT_TTL_S)
-                raise RateLimitedError(
-                    f"'{principal.name}' already has {limit} request(s) in flight, its limit; retry when one ends",
-                    retry_after_s=1.0)
+            retry = (window + 1) * TOKEN_WINDOW_S - time.time()
+            return RateLimitedError(f"token budget of {principal.tokens_per_minute} tokens per minute spent for "
+                                    f"'{name}' ({result.used} used this minute)", retry_after_s=max(retry, 0.001))
+        if result.refused == "slots":
+            return RateLimitedError(f"'{name}' already has {principal.max_concurrent_requests} request(s) in flight, "
+                                    "its limit; retry when one ends", retry_after_s=1.0)
+        return RateLimitedError(f"rate limit of {principal.requests_per_minute} requests per minute exceeded for "
+                                f"'{name}'", retry_after_s=max(result.retry_after_s, 0.001))
 
     async def _release(self, principal: Principal, store: Store, tokens: int) -> None:
         try:

@@ -43,6 +43,43 @@ class RateLimitResult:
     """Seconds until a request would be allowed again (0 when allowed)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One request's limits, checked and taken together (`Store.admit`): a request-rate window, a token budget
+    and a concurrency slot, each optional. All pass or nothing is written: a refused request counts against
+    no window and holds no slot."""
+
+    rate_key: str | None = None
+    rate_limit: int = 0
+    """Requests admitted per `window_s` (sliding window, as `Store.rate_limit`)."""
+    window_s: float = 60.0
+    tokens_key: str | None = None
+    """A hash whose field `used` counts this window's tokens (charged when requests end)."""
+    tokens_limit: int = 0
+    slots_key: str | None = None
+    """A hash of in-flight counts, one field per replica (each releases its own)."""
+    slots_field: str = ""
+    slots_limit: int = 0
+    slots_ttl_s: float = 900.0
+
+    @property
+    def checks(self) -> bool:
+        """Whether there is any limit to check."""
+        return bool(self.rate_key or self.tokens_key or self.slots_key)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitResult:
+    """The verdict on an Admission: `refused` names the limit that refused it ("" when allowed)."""
+
+    allowed: bool
+    refused: Literal["", "rate", "tokens", "slots"] = ""
+    retry_after_s: float = 0.0
+    """The rate window's wait; 0 for the others (the caller knows their windows)."""
+    used: int = 0
+    """What the refusing limit had used (requests in the window, tokens, slots in flight)."""
+
+
 class Store(Protocol):
     """Async key-value operations with TTLs; every call raises StoreUnavailableError on failure."""
 
@@ -82,6 +119,16 @@ class Store(Protocol):
 
     async def rate_limit(self, key: str, limit: int, window_s: float, cost: int = 1) -> RateLimitResult:
         """Admits `cost` units if fewer than `limit` were admitted in the last `window_s` seconds."""
+        ...
+
+    async def admit(self, admission: Admission) -> AdmitResult:
+        """Checks the admission's limits and, when all pass, takes them (one atomic step, one round trip)."""
+        ...
+
+    async def hgetall_many_and_admit(self, keys: Sequence[str], admission: Admission
+                                     ) -> tuple[list[dict[str, bytes]], AdmitResult]:
+        """`hgetall_many(keys)` and `admit(admission)` in the same round trip (a request's state read carries
+        its admission)."""
         ...
 
     async def ping(self) -> bool: ...

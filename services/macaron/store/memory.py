@@ -10,7 +10,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
-from macaron.store.base import HashOp, RateLimitResult, chain_depths
+from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, chain_depths
 
 
 class MemoryStore:
@@ -115,6 +115,39 @@ class MemoryStore:
         events.append((now, cost))
         self._put(key, events, window_s)
         return RateLimitResult(True, limit - used - cost, 0.0)
+
+    async def admit(self, admission: Admission) -> AdmitResult:
+        a, now = admission, self._clock()
+        events: deque[tuple[float, int]] = deque()
+        if a.rate_key:
+            current = self._live(a.rate_key)
+            events = current if isinstance(current, deque) else deque()
+            while events and events[0][0] <= now - a.window_s:
+                events.popleft()
+            used = sum(c for _, c in events)
+            if used + 1 > a.rate_limit:
+                retry = (events[0][0] + a.window_s - now) if events else a.window_s
+                return AdmitResult(False, "rate", max(retry, 0.001), used)
+        if a.tokens_key:
+            (bucket,) = await self.hgetall_many([a.tokens_key])
+            spent = int(bucket.get("used", b"0"))
+            if spent >= a.tokens_limit:
+                return AdmitResult(False, "tokens", 0.0, spent)
+        if a.slots_key:
+            (slots,) = await self.hgetall_many([a.slots_key])
+            in_flight = sum(int(v) for v in slots.values())
+            if in_flight + 1 > a.slots_limit:
+                return AdmitResult(False, "slots", 0.0, in_flight)
+            await self.hincrby(a.slots_key, a.slots_field, 1, a.slots_ttl_s)
+        if a.rate_key:
+            events.append((now, 1))
+            self._put(a.rate_key, events, a.window_s)
+            return AdmitResult(True, used=used + 1)
+        return AdmitResult(True)
+
+    async def hgetall_many_and_admit(self, keys: Sequence[str], admission: Admission
+                                     ) -> tuple[list[dict[str, bytes]], AdmitResult]:
+        return await self.hgetall_many(keys), await self.admit(admission)
 
     async def ping(self) -> bool:
         return True

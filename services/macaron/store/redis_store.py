@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Mapping, Sequence, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from macaron.store.base import HashOp, RateLimitResult, StoreUnavailableError
+from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, StoreUnavailableError
 
 T = TypeVar("T")
 
@@ -72,6 +72,66 @@ return out
 hold the name with its mark (the KV-cache index's per-replica prefix depth; see Store.hgetall_many_and_depths)."""
 
 
+_ADMIT_LUA = """
+local rate_limit = tonumber(ARGV[1])
+local window_ms = tonumber(ARGV[2])
+local id = ARGV[3]
+local tokens_limit = tonumber(ARGV[4])
+local slots_limit = tonumber(ARGV[5])
+local field = ARGV[6]
+local slots_ttl_ms = tonumber(ARGV[7])
+local now, used = 0, 0
+if rate_limit >= 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window_ms)
+  used = redis.call('ZCARD', KEYS[1])
+  if used + 1 > rate_limit then
+    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    local retry = window_ms
+    if oldest[2] then retry = tonumber(oldest[2]) + window_ms - now end
+    return {0, 'rate', retry, used}
+  end
+end
+if tokens_limit >= 0 then
+  local spent = tonumber(redis.call('HGET', KEYS[2], 'used') or '0')
+  if spent >= tokens_limit then return {0, 'tokens', 0, spent} end
+end
+if slots_limit >= 0 then
+  local n = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[3])) do n = n + tonumber(v) end
+  if n + 1 > slots_limit then return {0, 'slots', 0, n} end
+  redis.call('HINCRBY', KEYS[3], field, 1)
+  redis.call('PEXPIRE', KEYS[3], slots_ttl_ms)
+end
+if rate_limit >= 0 then
+  redis.call('ZADD', KEYS[1], now, id)
+  redis.call('PEXPIRE', KEYS[1], window_ms)
+end
+return {1, '', 0, used + 1}
+"""
+"""KEYS: the rate window, the token budget, the slots (unused ones repeat KEYS[1], untouched); ARGV: rate limit,
+window ms, a unique member, token limit, slot limit (-1: no such limit), this replica's slot field, slot TTL ms.
+Every limit is checked before anything is written (Store.admit)."""
+
+
+def _admit_args(self_k: Any, admission: Admission) -> tuple[list[str], list[Any]]:
+    a = admission
+    keys = [self_k(k) if k else "" for k in (a.rate_key, a.tokens_key, a.slots_key)]
+    first = next((k for k in keys if k), "")
+    keys = [k or first for k in keys]
+    args = [a.rate_limit if a.rate_key else -1, _ms(a.window_s), uuid.uuid4().hex,
+            a.tokens_limit if a.tokens_key else -1, a.slots_limit if a.slots_key else -1, a.slots_field,
+            _ms(a.slots_ttl_s)]
+    return keys, args
+
+
+def _admit_result(reply: Sequence[Any]) -> AdmitResult:
+    allowed, refused, retry_ms, used = reply
+    refused = refused.decode() if isinstance(refused, bytes) else str(refused)
+    return AdmitResult(bool(allowed), refused, max(0.0, int(retry_ms) / 1000.0), int(used))  # type: ignore[arg-type]
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
@@ -90,6 +150,7 @@ class RedisStore:
             health_check_interval=0,
         )
         self._rate_limit_script = self._redis.register_script(_RATE_LIMIT_LUA)
+        self._admit_script = self._redis.register_script(_ADMIT_LUA)
 
     def _k(self, key: str) -> str:
         return self._prefix + key
@@ -183,6 +244,29 @@ class RedisStore:
             self._rate_limit_script(keys=[self._k(key)], args=[limit, _ms(window_s), cost, uuid.uuid4().hex])
         )
         return RateLimitResult(bool(allowed), max(0, int(remaining)), max(0.0, int(retry_ms) / 1000.0))
+
+    async def admit(self, admission: Admission) -> AdmitResult:
+        if not admission.checks:
+            return AdmitResult(True)
+        keys, args = _admit_args(self._k, admission)
+        return _admit_result(await self._call(self._admit_script(keys=keys, args=args)))
+
+    async def hgetall_many_and_admit(self, keys: Sequence[str], admission: Admission
+                                     ) -> tuple[list[dict[str, bytes]], AdmitResult]:
+        if not admission.checks:
+            return await self.hgetall_many(keys), AdmitResult(True)
+        script_keys, args = _admit_args(self._k, admission)
+
+        async def run() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(self._k(key))
+            # EVAL, not EVALSHA: a pipeline cannot retry on NOSCRIPT; the server keeps the compiled script by hash
+            pipe.eval(_ADMIT_LUA, 3, *script_keys, *args)
+            return await pipe.execute()
+
+        results = await self._call(run())
+        return [{k.decode(): v for k, v in r.items()} for r in results[:-1]], _admit_result(results[-1])
 
     async def ping(self) -> bool:
         try:
