@@ -910,16 +910,34 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     return out
 
 
+def cpu_seconds(proc: Proc) -> float:
+    """User plus system CPU time a process has used so far (all its threads), from /proc; NaN where unreadable."""
+    try:
+        fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure_ttft(args: argparse.Namespace, senders: Senders, users: list[str], classifier: Any,
                        out: dict[str, Any]) -> None:
     quick = args.quick
     t = time.monotonic()
     arms = ("a", "b") if args.arm_b else ("a",)
+    routers = {arm: next(p for p in senders.stack.procs if p.name == f"router-{arm}") for arm in arms}
+    cpu0 = {arm: cpu_seconds(proc) for arm, proc in routers.items()}
     log("router-added TTFT, paired (same prompt: router → specialist vs the specialist and replica it chose)"
         + (f"; router a (as configured) and router b ({', '.join(f'{k}={v}' for k, v in args.arm_b.items())}) "
            "alternating:" if args.arm_b else ":"))
     out.update(await bench_added_ttft(senders, args.pairs or (8 if quick else 80), users[400:], classifier, arms))
-    log(f"  ({time.monotonic() - t:.1f} s)")
+    wall = time.monotonic() - t
+    log(f"  ({wall:.1f} s)")
+    # each router's CPU over the part: both serve the same number of requests, so a difference is their own
+    # background work (polling the engines, heartbeats), which lands on the same cores as the requests
+    for arm, proc in routers.items():
+        cpu = cpu_seconds(proc) - cpu0[arm]
+        (out if arm == arms[0] else out[f"arm_{arm}"])["router_cpu_s"] = cpu
+        log(f"  router {arm}: {cpu:.2f} s of CPU over the part's {wall:.0f} s")
     for arm in arms:
         log_added_ttft(f"router {arm}", out if arm == arms[0] else out[f"arm_{arm}"])
 

@@ -134,6 +134,28 @@ async def test_placement_reads_the_engines_and_a_replica_lacking_a_version_gets_
         await asyncio.sleep(0.2)
 
 
+async def test_the_inventory_reads_less_while_nothing_changes_and_still_sees_a_change(routers, version_stack) -> None:
+    """Idle, the poller spaces its reads of the engines out (doubling up to inventory_max_refresh_s); a version
+    loaded on an engine behind the lifecycle's back is still seen, and the reads come back to every
+    inventory_refresh_s after it."""
+    import httpx
+
+    server, _, _ = await routers.start()
+    inventory = server.core.versions.inventory
+    deadline = time.monotonic() + 60
+    while inventory.interval < 4 * inventory.refresh_s:
+        assert time.monotonic() < deadline, "the poller kept reading the engines at its shortest interval"
+        await asyncio.sleep(0.1)
+    url = version_stack.engine_urls[0]
+    httpx.post(f"{url}/load_lora_adapter", json={"lora_name": "code@v3", "lora_path": str(version_stack.adapters["v3"])},
+               timeout=60).raise_for_status()
+    deadline = time.monotonic() + 60
+    while not inventory.has(url, "code@v3"):
+        assert time.monotonic() < deadline, "a version loaded behind the lifecycle's back was never seen"
+        await asyncio.sleep(0.1)
+    assert inventory.interval < 4 * inventory.refresh_s  # back to the short interval (one idle read since, at most)
+
+
 async def test_a_load_that_fails_anywhere_leaves_nothing_behind(routers, version_stack) -> None:
     import httpx
 

@@ -289,7 +289,8 @@ class RoutingCore:
         self.kv_follower: KVEventFollower | None = None
         if kv.enabled and discovery is not None and self.policy == "prefix_affinity":
             self.kv_follower = KVEventFollower(kv, self.kv_writer, self.replicas, server_info or self._server_info,
-                                               on_plain=self._plain_replica)
+                                               on_plain=self._plain_replica,
+                                               on_restart=lambda _: self.versions.inventory.hurry())
         self._background: set[asyncio.Task[Any]] = set()
         self._canaries: dict[str, str] = {}
 
@@ -308,7 +309,10 @@ class RoutingCore:
     def _plain_replica(self, replica: str, started_at: float | None) -> None:
         """A replica without KV-cache events: the approximate index forgets what was sent before it started."""
         if started_at is not None:
-            self.snapshots.started_ms[replica] = int(started_at * 1000)
+            started_ms = int(started_at * 1000)
+            if self.snapshots.started_ms.get(replica, started_ms) != started_ms:  # it restarted: adapters may be gone
+                self.versions.inventory.hurry()
+            self.snapshots.started_ms[replica] = started_ms
 
     async def aclose(self) -> None:
         if self.kv_follower is not None:

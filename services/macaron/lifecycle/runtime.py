@@ -44,6 +44,7 @@ class VersionRuntime:
         self.engines = EngineClients(settings.engine_timeout_s, api_key=engine_api_key)
         self.versions = VersionStore(store, dict(defaults))
         self.inventory = AdapterInventory(self.engines, replicas, refresh_s=settings.inventory_refresh_s,
+                                          max_refresh_s=settings.inventory_max_refresh_s,
                                           on_refreshed=self._provision)
         self.usage = UsageTracker(store, router_id, heartbeat_s=settings.usage_heartbeat_s,
                                   coalesce_s=settings.usage_coalesce_s)

@@ -45,7 +45,14 @@ class LifecycleSettings(BaseModel):
         "the admin service answers only on a loopback router address.",
     )
     inventory_refresh_s: float = Field(
-        1.0, description="How often each replica's loaded adapters are read from its /v1/models."
+        1.0, description="How often each replica's loaded adapters are read from its /v1/models after a change (and "
+        "how often the discovered replica set is looked at)."
+    )
+    inventory_max_refresh_s: float = Field(
+        8.0, description="While no replica's adapter list changes, the reads space out (doubling) up to this: the "
+        "longest a change made behind the lifecycle's back (an operator, an engine restart) goes unseen. Changes "
+        "made through any router's lifecycle are obeyed from the next request whatever this is (the version "
+        "state's revision makes the router read the engines first); a new or vanished replica is read at once.",
     )
     engine_timeout_s: float = Field(30.0, description="Deadline of one load, unload or check call to an engine.")
     check_max_new_tokens: int = Field(
@@ -73,6 +80,13 @@ class LifecycleSettings(BaseModel):
     auto_rollback: AutoRollbackSettings = Field(
         default_factory=AutoRollbackSettings, description="Automatic rollback of a bad canary."
     )
+
+    @model_validator(mode="after")
+    def _inventory_bounds(self) -> "LifecycleSettings":
+        if self.inventory_max_refresh_s < self.inventory_refresh_s:
+            raise ValueError(f"inventory_max_refresh_s ({self.inventory_max_refresh_s}) must be at least "
+                             f"inventory_refresh_s ({self.inventory_refresh_s})")
+        return self
 
     @model_validator(mode="after")
     def _coalesce_within_heartbeat(self) -> "LifecycleSettings":

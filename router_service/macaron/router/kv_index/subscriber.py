@@ -103,12 +103,15 @@ class KVEventFollower:
     def __init__(self, settings: KVIndexSettings, writer: KVIndexWriter,
                  replicas: Callable[[], Awaitable[Sequence[str]]],
                  server_info: Callable[[str], Awaitable[dict[str, Any]]],
-                 on_plain: Callable[[str, float | None], None] | None = None) -> None:
+                 on_plain: Callable[[str, float | None], None] | None = None,
+                 on_restart: Callable[[str], None] | None = None) -> None:
         self.settings = settings
         self.writer = writer
         self._replicas = replicas
         self._server_info = server_info
         self.on_plain = on_plain
+        self.on_restart = on_restart
+        """Called with a followed replica that restarted (it may have lost what was loaded at run time)."""
         self._ctx = zmq.asyncio.Context()  # its own: `instance()` may be a plain context made by someone else
         self.readers: dict[str, tuple[zmq.asyncio.Socket, asyncio.Task[None]]] = {}
         self.plain: set[str] = set()
@@ -164,6 +167,8 @@ class KVEventFollower:
                 state = self.writer.replicas.get(replica)
                 if state is not None:
                     state.stale = True
+                if self.on_restart is not None:
+                    self.on_restart(replica)
             if replica not in self.writer.replicas:  # precise from now on, even before its first event
                 try:
                     await self.writer.join(replica, now=time.time(), started_at=start)
