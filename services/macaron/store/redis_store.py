@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Awaitable, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -115,9 +115,9 @@ window ms, a unique member, token limit, slot limit (-1: no such limit), this re
 Every limit is checked before anything is written (Store.admit)."""
 
 
-def _admit_args(self_k: Any, admission: Admission) -> tuple[list[str], list[Any]]:
+def _admit_args(prefixed: Callable[[str], str], admission: Admission) -> tuple[list[str], list[Any]]:
     a = admission
-    keys = [self_k(k) if k else "" for k in (a.rate_key, a.tokens_key, a.slots_key)]
+    keys = [prefixed(k) if k else "" for k in (a.rate_key, a.tokens_key, a.slots_key)]
     first = next((k for k in keys if k), "")
     keys = [k or first for k in keys]
     args = [a.rate_limit if a.rate_key else -1, _ms(a.window_s), uuid.uuid4().hex,
