@@ -12,7 +12,10 @@ alternates), so machine load falls on both alike:
 Calls measured: the placement read of one routed request (`hgetall_many` over the keys
 `SnapshotReader.read` asks for a prompt of about 500 tokens: load, two spread windows, the KV epochs,
 8 approximate blocks, 31 KV blocks held by one or more of 4 replicas), the rate-limit check (one Lua
-script) and the session and version states read (5 small hashes). Keys live under a fresh prefix and
+script) and the session and version states read (5 small hashes). And, both arms on the shipped
+store, a sessionless route's admission and states read for a key with a request rate only (the dev
+caller): before, the rate-limit script and the 4 version states as two calls side by side (as the router
+sent them); after, one pipeline (`hgetall_many_and_admit`: the states and the admission script). Keys live under a fresh prefix and
 are deleted at the end. Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
 
@@ -32,7 +35,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import _AsyncRESP2Parser
 from redis.exceptions import RedisError
 
-from macaron.store import RedisStore, StoreUnavailableError
+from macaron.store import Admission, RedisStore, StoreUnavailableError
 
 T = TypeVar("T")
 REPLICAS = [f"http://10.0.0.{i}:30000" for i in range(1, 5)]
@@ -83,10 +86,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     keys, data = placement_keys()
     states = ["session:x", "version:chat", "version:agent", "version:code", "version:ui"]
     await arms["after"].hbatch([("set", k, v) for k, v in data], 600)
+    versions = states[1:]
+    ticket = Admission(rate_key="admit", rate_limit=10**9, window_s=60)  # a key with a request rate only
+    shipped = arms["after"]
+
+    async def two_calls(_: RedisStore) -> Any:
+        return await asyncio.gather(shipped.rate_limit("limit", 10**9, 60), shipped.hgetall_many(versions))
+
+    async def one_pipeline(_: RedisStore) -> Any:
+        return await shipped.hgetall_many_and_admit(versions, ticket)
+
+    def per_arm(before: Callable[[RedisStore], Awaitable[Any]], after: Callable[[RedisStore], Awaitable[Any]]
+                ) -> Callable[[RedisStore], Awaitable[Any]]:
+        return lambda s: before(s) if s is arms["before"] else after(s)
+
     calls: dict[str, Callable[[RedisStore], Awaitable[Any]]] = {
         "placement read (43 hashes)": lambda s: s.hgetall_many(keys),
         "rate limit (Lua)": lambda s: s.rate_limit("limit", 10**9, 60),
         "session and states (5 hashes)": lambda s: s.hgetall_many(states),
+        "limits + states (2 calls -> 1)": per_arm(two_calls, one_pipeline),
     }
     times: dict[str, dict[str, list[float]]] = {c: {a: [] for a in arms} for c in calls}
     try:
@@ -99,7 +117,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for arm in order:
                     times[name][arm] += await timed(args.calls, lambda: call(arms[arm]))
     finally:
-        await arms["after"].delete(*keys, "limit")
+        await arms["after"].delete(*keys, "limit", "admit")
         for store in arms.values():
             await store.close()
     out: dict[str, Any] = {}
