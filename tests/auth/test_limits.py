@@ -3,6 +3,7 @@ every replica through Redis, and checked by the router before any routing work."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -120,10 +121,11 @@ async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> Non
 
     tiny = ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
     key = "mk-router-limit"
-    auth = _settings(key, requests_per_minute=1)
+    auth = _settings(key, requests_per_minute=1, max_concurrent_requests=5)
     classifier = CountingClassifier()
     settings = MacaronSettings(auth=auth.model_dump(), router={"metrics": False, "judge_timeout_s": 0.5})
-    router = RouterServer(settings, store=MemoryStore(), classifier=classifier,
+    store = MemoryStore()
+    router = RouterServer(settings, store=store, classifier=classifier,
                           tokenizer=AutoTokenizer.from_pretrained(str(tiny.model_dir)),
                           discovery=StaticSource(["http://127.0.0.1:9"]), host="127.0.0.1", port=0, serve_metrics=False)
     await router.start()
@@ -148,5 +150,11 @@ async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> Non
             # refused before the judge (an engine call) and before any escalation: the limit check runs
             # beside the decision, so the fast classifier may have run once, nothing more
             assert classifier.calls <= routed + 1
+            # the routed request's slot comes back when it ends; the refused one never took one
+            inflight = f"inflight:{auth.api_keys[0].name}"
+            deadline = asyncio.get_running_loop().time() + 10
+            while sum(int(v) for v in (await store.hgetall_many([inflight]))[0].values()) != 0:
+                assert asyncio.get_running_loop().time() < deadline, "a slot was left taken"
+                await asyncio.sleep(0.05)
     finally:
         await router.aclose()
