@@ -12,8 +12,8 @@ cache must keep for their next turns. Two opposite costs decide where a new sess
 So: the replicas that hold a large part of the new session's prompt (`prefix_share`, engine truth where the
 replica publishes KV-cache events) take it while they have room: the head once plus every recent session's
 expected footprint fits the replica's KV capacity, and the replica is not `max_excess` sessions above the
-least used one. Only when no holder has room are the sessions spread (fewest recent sessions first; a full
-holder scores 0). A turn of a session that already has a replica scores the same everywhere (1.0): moving
+least used one. Only when no holder has room are the sessions spread (fewest recent sessions first; a holder
+whose cache is full scores 0). A turn of a session that already has a replica scores the same everywhere (1.0): moving
 it would cost its history, and the session and prefix scorers decide it.
 """
 
@@ -30,8 +30,8 @@ HOLDER_RANGE = 0.25
 
 class SessionSpreadScorer:
     """Head holders with room: 0.75..1.0 (fewest sessions highest), everyone else 0. No holder with room:
-    (most sessions - this) / (most - fewest), 0 for a full holder, 1.0 everywhere when all are equal. A request
-    that continues a session: 1.0 everywhere."""
+    (most sessions - this) / (most - fewest), 1.0 where all are equal, 0 for a holder whose cache is full (unless
+    every replica is). A request that continues a session: 1.0 everywhere."""
 
     name = "spread"
     category = "distribution"
@@ -50,17 +50,20 @@ class SessionSpreadScorer:
             few, many = min(counts[r] for r in roomy), max(counts[r] for r in roomy)
             span = max(1, many - few)
             return {r: (1.0 - HOLDER_RANGE * (counts[r] - few) / span) if r in roomy else 0.0 for r in replicas}
+        full = {r for r in holders if not self.fits(r, request, snapshot, counts[r])}
+        if len(full) == len(replicas):
+            full = set()
         high = max(counts.values(), default=0)
-        full = set(holders)
-        if high == low:
-            return {r: 0.0 if r in full and len(full) < len(replicas) else 1.0 for r in replicas}
-        return {r: 0.0 if r in full else (high - n) / (high - low) for r, n in counts.items()}
+        return {r: 0.0 if r in full else 1.0 if high == low else (high - n) / (high - low) for r, n in counts.items()}
 
     def has_room(self, replica: str, request: PlacementRequest, snapshot: Snapshot, sessions: int, fewest: int) -> bool:
         """Whether `replica`, which holds the head, can take one more session without a session-count imbalance
-        over `max_excess` or an expected overflow of its KV cache."""
-        if sessions - fewest >= self.settings.max_excess:
-            return False
+        of `max_excess` or an expected overflow of its KV cache."""
+        return sessions - fewest < self.settings.max_excess and self.fits(replica, request, snapshot, sessions)
+
+    def fits(self, replica: str, request: PlacementRequest, snapshot: Snapshot, sessions: int) -> bool:
+        """The head once plus (sessions + 1) expected session footprints within the replica's KV capacity
+        (always, where the capacity or the prompt's size is unknown)."""
         capacity = snapshot.capacity.get(replica, 0)
         if capacity <= 0 or request.prompt_tokens <= 0:
             return True
