@@ -380,6 +380,8 @@ class RunResult:
     """Each session's turns in order (our routers report the replica; smg does not)."""
     ceiling: int = 0
     """The cached prompt tokens no router could beat on this run's requests (`cached_ceiling`)."""
+    apps: int = 0
+    """Applications of the workload (session s belongs to s % apps); 0: the mixed shape."""
 
     def spread(self) -> tuple[list[int], int] | None:
         """Sessions per replica (by their first turn, most first) and turns that changed replica within a
@@ -390,6 +392,17 @@ class RunResult:
         per = sorted((firsts.count(r) for r in set(firsts)), reverse=True)
         moves = sum(a.replica != b.replica for ts in self.by_session.values() for a, b in zip(ts, ts[1:]))
         return per, moves
+
+    def heads(self) -> list[int] | None:
+        """Applications whose sessions each replica serves (by their first turn, most first): how many times each
+        application's head is prefilled; None where the replica is not reported or in the mixed shape."""
+        if not self.apps:
+            return None
+        firsts = {s: ts[0].replica for s, ts in self.by_session.items() if ts and ts[0].replica}
+        if not firsts:
+            return None
+        return sorted((len({s % self.apps for s, r in firsts.items() if r == replica}) for replica in set(firsts.values())),
+                      reverse=True)
 
     @property
     def cached(self) -> int:
@@ -621,7 +634,7 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
 
     The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids."""
     salt = uuid.uuid4().hex[:12]
-    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps))
+    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps), apps=apps)
     gate = asyncio.Semaphore(concurrency)
     counter = iter(range(10**9))
 
@@ -648,6 +661,8 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
     rate = result.cached / result.prompt if result.prompt else 0.0
     spread = result.spread()
     where = f"  sessions per replica {spread[0]}, replica changes {spread[1]}" if spread else ""
+    heads = result.heads()
+    where += f", applications per replica {heads}" if heads else ""
     log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
         f"({rate:5.1%}; {result.cached / max(1, result.ceiling):5.1%} of the ceiling {result.ceiling})  "
         f"mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
@@ -1013,8 +1028,9 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
             for t_ in r.turns]
     out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
     out["arms"] = stats
-    out["arms_spread"] = {name: [{"sessions_per_replica": sp[0], "replica_changes": sp[1]} for sp in
-                                 (r.spread() for r in rs) if sp] for name, rs in runs.items() if rs[0].spread()}
+    out["arms_spread"] = {name: [{"sessions_per_replica": sp[0], "replica_changes": sp[1],
+                                  "applications_per_replica": r.heads()} for r, sp in ((r, r.spread()) for r in rs) if sp]
+                          for name, rs in runs.items() if rs[0].spread()}
     out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
                              for name, rs in runs.items()}
     out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
