@@ -35,7 +35,8 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    adapter; --apps 0, the mixed shape: 4 short system prompts shared across all four specialists,
    sessions sharing almost nothing. Each turn carries the whole growing history, fixed assistant turns of
    about 60 tokens so every arm sends the same requests with the same session ids; each engine's
-   cache is 1.25 x its fair share of the working set, measured by tokenizing the workload first;
+   cache is 1.25 x its fair share of the working set (the unique tokens of every session's last request:
+   a head shared under one adapter counted once), measured by tokenizing the workload first;
    plain text output everywhere. Measured: the prompt tokens the engines report served from
    their caches (`cached_tokens`) and mean TTFT for ours prefix_affinity, ours round_robin,
    smg cache_aware, two of ours (requests alternating between A and B) and two smg with
@@ -379,6 +380,8 @@ class RunResult:
     """Each session's turns in order (our routers report the replica; smg does not)."""
     ceiling: int = 0
     """The cached prompt tokens no router could beat on this run's requests (`cached_ceiling`)."""
+    apps: int = 0
+    """Applications of the workload (session s belongs to s % apps); 0: the mixed shape."""
 
     def spread(self) -> tuple[list[int], int] | None:
         """Sessions per replica (by their first turn, most first) and turns that changed replica within a
@@ -389,6 +392,17 @@ class RunResult:
         per = sorted((firsts.count(r) for r in set(firsts)), reverse=True)
         moves = sum(a.replica != b.replica for ts in self.by_session.values() for a, b in zip(ts, ts[1:]))
         return per, moves
+
+    def heads(self) -> list[int] | None:
+        """Applications whose sessions each replica serves (by their first turn, most first): how many times each
+        application's head is prefilled; None where the replica is not reported or in the mixed shape."""
+        if not self.apps:
+            return None
+        firsts = {s: ts[0].replica for s, ts in self.by_session.items() if ts and ts[0].replica}
+        if not firsts:
+            return None
+        return sorted((len({s % self.apps for s, r in firsts.items() if r == replica}) for replica in set(firsts.values())),
+                      reverse=True)
 
     @property
     def cached(self) -> int:
@@ -564,12 +578,33 @@ def working_set(sessions: int, turns: int, systems: list[str], users: list[str],
             rows.append((profile.lora_path, ids))
         requests.append(rows)
     last = [len(rows[-1][1]) for rows in requests]
-    return {"longest_request": max(last), "working_set": sum(last),
+    return {"longest_request": max(last), "working_set": unique_tokens([rows[-1] for rows in requests]),
+            "working_set_per_session": sum(last),
             "prompt_tokens": sum(len(ids) for rows in requests for _, ids in rows),
             "cached_ceiling": cached_ceiling(requests, block_size),
             # the part of it that comes from each session's own earlier turns: what any router that keeps every
             # session on one replica (and does not overfill a cache) gets; the rest is prompts shared across sessions
             "cached_ceiling_own_sessions": sum(cached_ceiling([rows], block_size) for rows in requests)}
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def unique_tokens(requests: list[tuple[str, list[int]]]) -> int:
+    """Tokens a prefix cache must hold to keep all these requests at once: under one adapter, a prefix that
+    several share (an application's head) is held once, so each request adds only what follows its longest
+    common prefix with any other before it; under two adapters the same text is two entries."""
+    total = 0
+    for i, (adapter, ids) in enumerate(requests):
+        shared = max((common_prefix(ids, other) for a, other in requests[:i] if a == adapter), default=0)
+        total += len(ids) - shared
+    return total
 
 
 def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int) -> int:
@@ -587,12 +622,7 @@ def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int)
             adapter, ids = rows[t]
             best = 0
             for other in seen.get(adapter, ()):
-                n = 0
-                for a, b in zip(ids, other):
-                    if a != b:
-                        break
-                    n += 1
-                best = max(best, n)
+                best = max(best, common_prefix(ids, other))
             total += min(best, len(ids) - 1) // block_size * block_size
             seen.setdefault(adapter, []).append(ids)
     return total
@@ -604,7 +634,7 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
 
     The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids."""
     salt = uuid.uuid4().hex[:12]
-    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps))
+    result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps), apps=apps)
     gate = asyncio.Semaphore(concurrency)
     counter = iter(range(10**9))
 
@@ -631,6 +661,8 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
     rate = result.cached / result.prompt if result.prompt else 0.0
     spread = result.spread()
     where = f"  sessions per replica {spread[0]}, replica changes {spread[1]}" if spread else ""
+    heads = result.heads()
+    where += f", applications per replica {heads}" if heads else ""
     log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
         f"({rate:5.1%}; {result.cached / max(1, result.ceiling):5.1%} of the ceiling {result.ceiling})  "
         f"mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
@@ -1014,8 +1046,9 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
             for t_ in r.turns]
     out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
     out["arms"] = stats
-    out["arms_spread"] = {name: [{"sessions_per_replica": sp[0], "replica_changes": sp[1]} for sp in
-                                 (r.spread() for r in rs) if sp] for name, rs in runs.items() if rs[0].spread()}
+    out["arms_spread"] = {name: [{"sessions_per_replica": sp[0], "replica_changes": sp[1],
+                                  "applications_per_replica": r.heads()} for r, sp in ((r, r.spread()) for r in rs) if sp]
+                          for name, rs in runs.items() if rs[0].spread()}
     out["cache_hit_rate"] = {name: round(sum(r.cached for r in rs) / max(1, sum(r.prompt for r in rs)), 4)
                              for name, rs in runs.items()}
     out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
@@ -1033,7 +1066,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=4, help="Embedded-engine replicas (default 4, at least 4 "
                         "for the comparison the issue asks for).")
     parser.add_argument("--kv-tokens", type=int, default=0,
-                        help="KV-cache tokens per engine (default: 1.25 x the workload's working set / replicas, "
+                        help="KV-cache tokens per engine (default: 1.25 x the workload's working set (the unique tokens of the "
+                        "sessions' last requests, a shared head once per adapter) / replicas, "
                         "at least its longest request: a router that spreads the sessions evenly and keeps each on "
                         "one replica can serve every next turn from cache; one that does not, cannot).")
     parser.add_argument("--sessions", type=int, default=0, help="Sessions of the multi-turn workload (default 9, "
@@ -1108,7 +1142,9 @@ def main(argv: list[str] | None = None) -> int:
                              int(1.25 * args.sizes["working_set"] / args.replicas))
     log(f"multi-turn cached-token ceiling {args.sizes['cached_ceiling']} of {args.sizes['prompt_tokens']} prompt tokens "
         f"({args.sizes['cached_ceiling_own_sessions']} of it from each session's own history)")
-    log(f"multi-turn working set {args.sizes['working_set']} tokens (longest request {args.sizes['longest_request']}); "
+    log(f"multi-turn working set {args.sizes['working_set']} unique tokens of the sessions' last requests (a shared "
+        f"head once per adapter; {args.sizes['working_set_per_session']} counting every session's copy of it; longest "
+        f"request {args.sizes['longest_request']}); "
         f"{args.replicas} engines of {args.kv_tokens} KV tokens ({args.replicas * args.kv_tokens} in all)")
     if args.kv_tokens >= args.sizes["working_set"]:
         log("  note: one engine holds the whole working set: no KV pressure, placement cannot matter much")

@@ -55,3 +55,24 @@ def test_applications_shape_shares_one_head_per_application_under_one_adapter(be
     # the mixed shape keeps sessions of one system prompt on several specialists
     mixed = bench.system_prompts(4, 100, seed=11)
     assert len({bench.session_specialist(s, mixed) for s in range(0, 9, 4)}) > 1
+
+
+def test_the_working_set_counts_a_head_shared_under_one_adapter_once(bench: ModuleType) -> None:
+    """The KV-pressure rule sizes each engine's cache from the working set: the unique tokens of every session's
+    last request. Two sessions behind one 100-token head under one adapter need 100 + 50 + 60 tokens, not 310;
+    the same head under another adapter is another cache entry."""
+    head = r(1, 100)
+    one, two = head + r(1001, 1050), head + r(2001, 2060)
+    assert bench.unique_tokens([("chat", one), ("chat", two)]) == 210
+    assert bench.unique_tokens([("chat", one), ("code", two)]) == 310
+    assert bench.unique_tokens([("chat", one), ("chat", one[:120])]) == 150  # a prefix of another adds nothing
+    assert bench.unique_tokens([("chat", one[:120]), ("chat", one)]) == 150
+
+
+def test_heads_per_replica_counts_the_applications_each_replica_serves(bench: ModuleType) -> None:
+    run = bench.RunResult("x", apps=2)
+    for s, replica in [(0, "a"), (1, "b"), (2, "a"), (3, "a"), (4, "c")]:
+        run.by_session[s] = [bench.Turn(0.1, 10, 5, "", replica=replica)]
+    assert run.spread() == ([3, 1, 1], 0)
+    assert run.heads() == [2, 1, 1]  # a serves sessions of both applications: both heads are prefilled there
+    assert bench.RunResult("y").heads() is None

@@ -107,7 +107,8 @@ class Engines:
 
     async def server_info(self, replica: str) -> dict:
         i = REPLICAS.index(replica)
-        return {"kv_events_endpoint": self.engines[i].kv_events.endpoint, "startup_time": self.started[i]}
+        return {"kv_events_endpoint": self.engines[i].kv_events.endpoint, "startup_time": self.started[i],
+                "max_total_num_tokens": self.max_total_tokens}
 
     def serve(self, replica: str, token_ids: list[int], adapter: str = "chat") -> int:
         """Runs one request to the end on `replica`; returns the prompt tokens it served from its cache."""
@@ -206,6 +207,67 @@ async def test_a_long_shared_head_diverging_later_goes_where_the_engine_holds_th
         assert (await place(blind, follow_up)).replica == home
     finally:
         await blind.aclose()
+
+
+DOC = "Berth schedule: " + " ".join(f"vessel {i} docks at quay {i % 7} on day {i % 5}." for i in range(20))
+"""An application's long head (about 560 tokens with the system prompt), shared by every session of it."""
+
+
+def app_session(i: int) -> ChatRequest:
+    return chat(f"{DOC}\nQuestion {i}: which vessel docks first on day {i % 5}, and at which quay?")
+
+
+async def start_session(core: RoutingCore, i: int):
+    route = await core.route(RouteRequest(app_session(i), owner="o", forced="chat", session_id=f"s{i}",
+                                          request_id=uuid.uuid4().hex))
+    route.commit()
+    route.release()
+    await core.flush()
+    return route
+
+
+async def test_new_sessions_join_the_replica_holding_their_head_while_its_cache_has_room(tokenizer, engines) -> None:
+    """The head is resident on one engine (its events say so), not on the head's home: the first two sessions of
+    the application both go there (the second would be spread by session count alone), since the engine's
+    1,024 KV tokens hold the head once and both sessions' expected histories."""
+    core = make_core(tokenizer, engines, MemoryStore())
+    try:
+        await following(core)
+        home = rendezvous(core.prompt_blocks(app_session(0), "chat")[0], sorted(REPLICAS))
+        holder = next(r for r in REPLICAS if r != home)
+        before = core.kv_writer.applied
+        engines.serve(holder, tokens_of(core, app_session(0)))
+        await settle(core, before)
+        for i in (1, 2):
+            route = await start_session(core, i)
+            assert route.replica == holder and route.snapshot.capacity == {r: 1024 for r in REPLICAS}
+            assert route.predicted_cached_tokens >= 512  # the head
+            before = core.kv_writer.applied
+            assert engines.serve(holder, tokens_of(core, app_session(i))) >= route.predicted_cached_tokens
+            await settle(core, before)
+        assert route.snapshot.sessions.get(holder) == 1  # the second session joined a replica that had one
+    finally:
+        await core.aclose()
+
+
+async def test_a_new_session_is_spread_when_the_holder_of_its_head_is_full(tokenizer, tiny_model) -> None:
+    """The same head on an engine of 640 KV tokens: the head plus one session's expected history does not fit,
+    so the new session goes to the other engine (and prefills the head there) instead of evicting."""
+    engines = Engines(tiny_model, max_total_tokens=640)
+    core = make_core(tokenizer, engines, MemoryStore())
+    try:
+        await following(core)
+        home = rendezvous(core.prompt_blocks(app_session(0), "chat")[0], sorted(REPLICAS))
+        holder = next(r for r in REPLICAS if r != home)
+        before = core.kv_writer.applied
+        engines.serve(holder, tokens_of(core, app_session(0)))
+        await settle(core, before)
+        route = await start_session(core, 1)
+        assert route.snapshot.prefix_share[holder] > 0.8 and route.snapshot.capacity[holder] == 640
+        assert route.replica == home
+    finally:
+        await core.aclose()
+        engines.close()
 
 
 async def test_an_engine_that_evicted_or_restarted_is_no_longer_credited(tokenizer, tiny_model) -> None:

@@ -17,7 +17,7 @@ from macaron.router.placement.scorers import (
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.placement.types import NoReplicaError
 from macaron.router.prefix_index import PrefixIndex, block_hashes, block_keys, matched_blocks, now_ms
-from macaron.router.settings import RouterSettings
+from macaron.router.settings import HeadGroupSettings, RouterSettings
 from macaron.store import MemoryStore
 
 A, B, C = "http://a:1", "http://b:1", "http://c:1"
@@ -67,6 +67,51 @@ def test_session_scorer() -> None:
 def test_session_spread_scorer(session_replica, sessions, expected) -> None:
     req = PlacementRequest("chat", session_replica=session_replica)
     assert SessionSpreadScorer().score(req, [A, B, C], Snapshot(sessions=sessions)) == expected
+
+
+# A new session of an application: 400 of its 480 prompt tokens are the application's head, resident on A only.
+HEAD_REQ = PlacementRequest("chat", ("h1", "h2"), tie_key="s9", prompt_tokens=480, block_tokens=16)
+
+
+def head_on_a(sessions: dict[str, int], capacity: dict[str, int]) -> Snapshot:
+    return Snapshot(prefix_share={A: 400 / 480, B: 0.0, C: 0.0}, predicted_tokens={A: 400, B: 0, C: 0},
+                    precise=frozenset((A, B, C)), sessions=sessions, capacity=capacity)
+
+
+def test_a_new_session_joins_the_replica_holding_its_head_while_it_has_room() -> None:
+    """A holds the head and one session; B and C hold nothing. With room on A (400 + 2 x 4 x 80 = 1,040 of 4,096
+    tokens, one session above the fewest), the new session goes to A: its head is not prefilled again elsewhere."""
+    snap = head_on_a({A: 1}, {A: 4096, B: 4096, C: 4096})
+    assert SessionSpreadScorer().score(HEAD_REQ, [A, B, C], snap) == {A: 1.0, B: 0.0, C: 0.0}
+    assert build_profile("prefix_affinity", RouterSettings()).run(HEAD_REQ, [A, B, C], snap).replica == A
+    # engines that report no capacity: the session-count imbalance alone decides
+    assert build_profile("prefix_affinity", RouterSettings()).run(HEAD_REQ, [A, B, C], head_on_a({A: 1}, {})).replica == A
+
+
+@pytest.mark.parametrize(
+    ("sessions", "capacity", "why"),
+    [
+        ({}, {A: 700, B: 1000, C: 1000}, "A's cache is full even for one session: 400 + 1 x 4 x 80 > 700"),
+        ({A: 1}, {A: 1000, B: 4096, C: 4096}, "A has room for the first session only: 400 + 2 x 4 x 80 > 1,000"),
+        ({A: 2}, {A: 8192, B: 8192, C: 8192}, "A has room but is max_excess (2) sessions above the fewest"),
+    ],
+)
+def test_a_new_session_is_spread_when_the_holder_of_its_head_is_full_or_crowded(sessions, capacity, why) -> None:
+    snap = head_on_a(sessions, capacity)
+    scores = SessionSpreadScorer().score(HEAD_REQ, [A, B, C], snap)
+    assert scores[A] == 0.0 and scores[B] == scores[C] == 1.0, why
+    assert build_profile("prefix_affinity", RouterSettings()).run(HEAD_REQ, [A, B, C], snap).replica != A, why
+
+
+def test_grouping_needs_a_head_worth_it_and_can_be_turned_off() -> None:
+    """A head under min_share of the prompt is no reason to pile: sessions are spread by their counts."""
+    short = Snapshot(prefix_share={A: 0.2}, predicted_tokens={A: 96}, sessions={A: 1}, capacity={A: 4096})
+    assert SessionSpreadScorer().score(HEAD_REQ, [A, B, C], short) == {A: 0.0, B: 1.0, C: 1.0}
+    off = SessionSpreadScorer(HeadGroupSettings(max_excess=0))
+    assert off.score(HEAD_REQ, [A, B, C], head_on_a({A: 1}, {})) == {A: 0.0, B: 1.0, C: 1.0}
+    # two holders with room: the one with fewer recent sessions first
+    two = Snapshot(prefix_share={A: 0.8, B: 0.8}, predicted_tokens={A: 400, B: 400}, sessions={A: 1, B: 0, C: 0})
+    assert SessionSpreadScorer().score(HEAD_REQ, [A, B, C], two) == {A: 0.75, B: 1.0, C: 0.0}
 
 
 async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_at_once() -> None:

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import pytest
+
 from macaron.discovery import StaticSource
 from macaron.prompting import ChatRequest, Message
 from macaron.router.placement import PlacementRequest
@@ -220,11 +222,14 @@ async def test_the_placement_read_overlaps_the_state_read_when_the_specialist_is
         await c.aclose()
 
 
-async def test_new_sessions_spread_over_the_replicas_and_continuing_ones_stay() -> None:
-    """Sessions that share a system prompt would all follow its cached head (or its home hash) to one replica;
-    the spread scorer sends each new one where the fewest sessions were placed, and a session's next turn
-    stays with its replica."""
-    c = core(Fixed("chat", 0.95))
+@pytest.mark.parametrize(("max_excess", "spread"), [(0, [2, 2, 2]), (2, [1, 2, 3])])
+async def test_new_sessions_pile_behind_their_head_only_within_bounds_and_continuing_ones_stay(max_excess, spread) -> None:
+    """Sessions that share a system prompt (over half of each first prompt) would all follow its cached head (or
+    its home hash) to one replica; the spread scorer lets them join the head's holders only while those are
+    fewer than `max_excess` sessions above the least used replica (no engine reports a capacity here), then
+    spreads them; with max_excess 0 it spreads every new session where the fewest were placed. A session's next
+    turn stays with its replica."""
+    c = core(Fixed("chat", 0.95), head_group={"max_excess": max_excess})
     system = "You are the assistant of the harbour office. " * 2
     first: dict[str, str] = {}
     for i in range(6):
@@ -236,7 +241,7 @@ async def test_new_sessions_spread_over_the_replicas_and_continuing_ones_stay() 
         route.release()
         await c.flush()
         first[f"s{i}"] = route.replica
-    assert sorted(list(first.values()).count(r) for r in REPLICAS) == [2, 2, 2]
+    assert sorted(list(first.values()).count(r) for r in REPLICAS) == spread
     for forced in (None, "chat"):  # a forced specialist keeps its session's replica too
         for i in range(6):
             req = RouteRequest(ChatRequest((Message("system", system),
@@ -251,7 +256,7 @@ async def test_new_sessions_spread_over_the_replicas_and_continuing_ones_stay() 
             await c.flush()
     assert sum(c.snapshots.spread_local.values()) == 0
     counts = (await c.snapshots.read(PlacementRequest("chat", ("x",)))).sessions
-    assert sorted(counts.values()) == [2, 2, 2]  # continuing turns are not counted as new sessions
+    assert sorted(counts.values()) == spread  # continuing turns are not counted as new sessions
     await c.aclose()
 
 

@@ -569,7 +569,9 @@ class RoutingCore:
             snapshot = await self.snapshots.read(preq, with_load=self.policy != "round_robin")
         if self.policy == "prefix_affinity":
             inventory = self.versions.inventory
-            snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, preq.adapter) for r in replicas})
+            capacity = self.kv_follower.capacity if self.kv_follower is not None else {}
+            snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, preq.adapter) for r in replicas},
+                                           capacity=capacity)
         placement = self.profile.run(preq, replicas, snapshot)
         return placement.replica, placement, snapshot, preq
 

@@ -66,12 +66,45 @@ class PlacementWeights(BaseModel):
     )
     spread: float = Field(
         4.0,
-        description="Weight of session spread for requests that start a session (or have none): 1 for the replica "
-        "with the fewest sessions placed in the last router.spread_window_s, 0 for the most, so the replicas' "
-        "KV caches hold about as many conversations each. Above prefix + home for a shared head that is less than "
-        "about 80 % of the prompt: a new session goes to the replica holding its system prompt only when that "
-        "replica is not the crowded one (the head is then prefilled once per replica, the histories that follow "
-        "are not evicted). A continuing session's turns score 1 everywhere (session and prefix decide).",
+        description="Weight of session spread with head grouping, for requests that start a session (or have none): "
+        "replicas that hold the new session's head (router.head_group.min_share of its prompt) and have room for "
+        "one more session score 0.75 to 1, the others 0; when no holder has room, 1 for the replica with the "
+        "fewest sessions placed in the last router.spread_window_s, 0 for the most (and for full holders). Above "
+        "prefix + home, so it decides where a new session goes. A continuing session's turns score 1 everywhere "
+        "(session and prefix decide).",
+    )
+
+
+class HeadGroupSettings(BaseModel):
+    """When a new session joins the replicas that already hold its prompt's head instead of being spread.
+
+    Sessions behind one long head (an application's system prompt and tools) are cheapest where that head is
+    resident: spreading them prefills the head once per replica. Piling them makes one cache hold every
+    history, and it evicts them. The spread scorer groups a new session behind its head while the holder keeps
+    room (the head once, every recent session's expected footprint, within its KV capacity) and is not
+    `max_excess` sessions above the least used replica; otherwise it spreads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_share: float = Field(
+        0.5,
+        description="Share of a new session's prompt a replica must hold (engine truth where it publishes KV-cache "
+        "events, else the approximate index) for it to count as holding the session's head; below this, the head "
+        "is too short to be worth a pile and sessions are spread. 1.0 or more: never group (spread only).",
+    )
+    max_excess: int = Field(
+        2,
+        description="A head's holder takes a new session only while it has fewer than this many sessions (placed "
+        "in router.spread_window_s) above the replica with the fewest: the session-count imbalance grouping may "
+        "cause. 0: never group.",
+    )
+    session_growth: float = Field(
+        4.0,
+        description="Expected KV footprint of a session beyond its shared head, as a multiple of its first "
+        "request's own tokens (prompt minus the head held there): a conversation's history grows turn by turn "
+        "after it is placed. A holder has room when head + (its recent sessions + 1) x that footprint fits its "
+        "KV capacity (`max_total_num_tokens` in its server info); replicas that report no capacity are judged "
+        "on max_excess alone.",
     )
 
 
@@ -170,6 +203,11 @@ class RouterSettings(BaseModel):
         default_factory=KVIndexSettings,
         description="The KV-cache index: the engines' own events of what their prefix caches hold, shared in the "
         "placement store.",
+    )
+    head_group: HeadGroupSettings = Field(
+        default_factory=HeadGroupSettings,
+        description="The spread scorer's grouping: a new session goes where its prompt's head is already "
+        "resident while that replica has room, and is spread only otherwise.",
     )
     spread_window_s: float = Field(
         60.0,

@@ -121,6 +121,9 @@ class KVEventFollower:
         self.replayed = 0
         """Batches recovered from replay sockets (gaps closed without a new epoch)."""
         self.decode_errors = 0
+        self.capacity: dict[str, int] = {}
+        """Each replica's KV-cache tokens (`max_total_num_tokens` of its server info, SGLang's and the embedded
+        engine's), for placement's cache-pressure check; absent where the replica reports none."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -142,11 +145,16 @@ class KVEventFollower:
                 except StoreUnavailableError:
                     pass
         self.plain &= current
+        for replica in [r for r in self.capacity if r not in current]:
+            del self.capacity[replica]
         ordered = sorted(current)
         infos = await asyncio.gather(*(self._info(r) for r in ordered))
         for replica, info in zip(ordered, infos):
             if info is None:
                 continue
+            total = info.get("max_total_num_tokens")
+            if isinstance(total, int) and total > 0:
+                self.capacity[replica] = total
             start = info.get("startup_time")
             start = float(start) if isinstance(start, (int, float)) else None
             endpoint = publisher_of(replica, info, self.settings.endpoint)

@@ -6,7 +6,7 @@
 - `round_robin`: healthy filter, no scorer, round-robin picker.
 - `least_load`: healthy filter, load scorer, max-score picker.
 - `prefix_affinity`: healthy filter, prefix + prefix_home + load + session + spread + adapter scorers
-  (RouterSettings.weights), max-score picker, balance guard (RouterSettings.balance_*).
+  (RouterSettings.weights; spread groups by RouterSettings.head_group), max-score picker, balance guard (RouterSettings.balance_*).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def build_profile(policy: str, settings: RouterSettings) -> PlacementProfile:
         return PlacementProfile(policy, [plugin("healthy")], [WeightedScorer(plugin("load"), 1.0)], plugin("max_score"))
     if policy == "prefix_affinity":
         w = settings.weights
-        scorers = [WeightedScorer(plugin(name), weight)
+        scorers = [WeightedScorer(SessionSpreadScorer(settings.head_group) if name == "spread" else plugin(name), weight)
                    for name, weight in (("prefix", w.prefix), ("prefix_home", w.home), ("load", w.load),
                                         ("session", w.session), ("spread", w.spread), ("adapter", w.adapter)) if weight > 0]
         guard = BalanceGuard(settings.balance_abs_threshold, settings.balance_rel_threshold)

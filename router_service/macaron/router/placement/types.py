@@ -69,6 +69,8 @@ class Snapshot:
     """Whether each replica's engine lists the request's adapter version (None: could not be read)."""
     sessions: Mapping[str, int] = field(default_factory=dict)
     """Sessions placed on each replica in the recent window, by every router replica (the spread scorer's)."""
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    """KV-cache tokens each replica holds at most (`max_total_num_tokens` of its server info); absent: unknown."""
 
 
 class Filter(Protocol):
