@@ -52,6 +52,8 @@ class StaticEmbedding:
             from tokenizers import Tokenizer
 
             tok = Tokenizer.from_str(self.tokenizer_json)
+            tok.no_padding()  # a tokenizer saved for a transformer may pad or cut to its sequence length
+            tok.no_truncation()
             unk = getattr(tok.model, "unk_token", None)
             self._unk = tok.token_to_id(unk) if unk else None
             self._tokenizer = tok
