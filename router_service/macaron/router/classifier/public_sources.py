@@ -217,6 +217,20 @@ def codesearchnet_queries(root: Path) -> Iterator[Row]:
             yield Row(text, "code", path, text.lower())
 
 
+# --- search-box questions about the world (`chat`) -----------------------------------------------
+
+def webquestions(root: Path) -> Iterator[Row]:
+    """WebQuestions' Google Suggest questions ("where are the nfl redskins from?"), the `trainmodel` part.
+
+    Terse, lower-case, search-style like the code queries above, but about the world: the two
+    registers differ by topic, not by form."""
+    path = "main/trainmodel.json"
+    for item in json.loads((root / path).read_text(encoding="utf-8")):
+        text = _clean(item.get("qText") or "")
+        if len(text.split()) >= 3:
+            yield Row(text, "chat", path, item["qId"])
+
+
 # --- an assistant that orders through APIs (`agent`) ----------------------------------------------
 
 def _tm4_dialogues(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -356,6 +370,8 @@ SOURCES: tuple[Source, ...] = (
     Source("LittleYUYU/StackOverflow-Question-Code-Dataset", "81b74afb40b2c57b34a92ad94a67ade0c305d101",
            "CC BY 4.0 (StaQC)", staqc_sql, 450),
     Source("github/CodeSearchNet", "106e827405c968597da938f6b373d30183918869", "MIT", codesearchnet_queries, 99),
+    Source("brmson/dataset-factoid-webquestions", "668890853388010fe6ae9a5eb035a7917b88933b",
+           "CC BY 4.0 (WebQuestions)", webquestions, 400),
     Source("google-research-datasets/Taskmaster", "d92cb6af3005f1dc09c39e75e7daf4a04905e00b", "CC BY 4.0",
            taskmaster4, 250, taskmaster4_conversations, 120, tools=True),
     Source("bytedance/web-bench", "32075f1582fb9eed483f47f2afdb01311148b2bd", "Apache-2.0", webbench, 400,
