@@ -2,7 +2,9 @@
 
 Why: a register that only one source represents breaks when that source is held out (grade-school
 math, terse code questions, voice-assistant requests). These repositories add a second or third
-source to each register, and real follow-up turns for the multi-turn data.
+source to each register (Stack Overflow titles and search queries for `code`, search-box questions
+about the world for `chat`, orders through an API for `agent`), and real follow-up turns and tool
+loops for the multi-turn data.
 
     # check out each repository of SOURCES at its commit into ROOT/<owner>/<name>, then
     python -m macaron.router.classifier.public_sources --root ROOT [--data-dir DIR]
@@ -195,7 +197,8 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
 
-STAQC_SQL = "annotation_tool/data/code_solution_labeled_data/source/sql_how_to_do_it_by_classifier_multiple_qid_to_title.pickle"
+STAQC_SQL = ("annotation_tool/data/code_solution_labeled_data/source/"
+             "sql_how_to_do_it_by_classifier_multiple_qid_to_title.pickle")
 
 
 def staqc_sql(root: Path) -> Iterator[Row]:
