@@ -113,7 +113,9 @@ def training_text_of(text: str) -> str:
 def test_artifact_without_static_features_still_loads() -> None:
     """The shipped artifact's payload without a "static" entry (as written before static features existed)."""
     payload = Artifact.load(SHIPPED_ARTIFACT).to_payload()
-    payload.pop("static", None)
+    if payload.pop("static", None) is not None:  # keep only the TF-IDF rows, as such an artifact has
+        rows = sum(len(terms) for terms in payload["vocab"].values())
+        payload["fast"] = dict(payload["fast"], weights=payload["fast"]["weights"][:rows])
     artifact = Artifact.from_payload(payload)
     assert artifact.fast.static is None
     clf = SpecialistClassifier(artifact, ClassifierSettings(escalation=False))
