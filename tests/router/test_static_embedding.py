@@ -47,16 +47,17 @@ def test_distillation_encodes_like_model2vec_and_is_deterministic() -> None:
     from model2vec import StaticModel
     from tokenizers import Tokenizer
 
-    static = static_embedding.distill(DIMS, scale=1.0)
-    assert static.vectors.shape[1] == DIMS and static.vectors.shape[0] > 20_000  # MiniLM's word pieces
+    static = static_embedding.distill(64, scale=1.0)  # the dimensions `--static-dims 64` trains with
+    assert static.vectors.shape[1] == 64 and static.vectors.shape[0] > 20_000  # MiniLM's word pieces
     np.testing.assert_array_equal(static.vectors, static.vectors.astype(np.float16).astype(np.float32))
     reference = StaticModel(vectors=static.vectors, tokenizer=Tokenizer.from_str(static.tokenizer_json), normalize=True)
     ours = static.encode(TEXTS)
     np.testing.assert_allclose(ours, reference.encode(TEXTS), atol=1e-5)
-    # Meaning survives: a shell request is nearer another shell request than a restaurant booking.
-    a, b, c = static.encode(["list files sorted by size in bash", "grep -rn TODO src | wc -l", "book a table for two"])
-    assert a @ b > a @ c
-    assert static_embedding.distill(DIMS, scale=1.0).sha256() == static.sha256()
+    # Meaning survives: a paraphrase with other words is nearer than a request of another domain.
+    a, b, c = static.encode(["list the files in this folder sorted by size", "show every file of a directory ordered by size",
+                             "book a table for two tonight"])
+    assert a @ b > a @ c + 0.1
+    assert static_embedding.distill(64, scale=1.0).sha256() == static.sha256()
 
 
 def test_encode_one_equals_encode(static) -> None:
