@@ -4,7 +4,10 @@ leaves out, the split by unit (no text in both), and a rerun that changes nothin
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
+
+import pytest
 
 from macaron.router.classifier import public_sources as ps
 
@@ -111,3 +114,72 @@ def test_write_replaces_dedupes_and_is_idempotent(tmp_path: Path) -> None:
     assert ps.write(data, root) == first
     assert [(data / name).read_text(encoding="utf-8")
             for name in ("train.jsonl", "dev.jsonl", "conversations.jsonl")] == snapshot
+
+
+def _developer_and_assistant_repositories(root: Path) -> Path:
+    """The sources of developer questions, search-box questions and API-backed orders, one small file each."""
+    conala = root / "zorazrw" / "multilingual-conala" / "dataset" / "train"
+    conala.mkdir(parents=True)
+    (conala / "train.json").write_text(json.dumps([
+        {"intent": "Calling an external command", "rewritten_intent": "x", "snippet": "os.system(c)",
+         "question_id": 89228},
+        {"intent": "Calling an external command", "rewritten_intent": "y", "snippet": "subprocess.call(c)",
+         "question_id": 89228},
+        {"intent": "Python", "rewritten_intent": "z", "snippet": "", "question_id": 1}]), encoding="utf-8")
+    staqc = root / "LittleYUYU" / "StackOverflow-Question-Code-Dataset" / ps.STAQC_SQL
+    staqc.parent.mkdir(parents=True)
+    titles = {12451878: "mysql select where array in array", 7: "Joins", 8: "A &amp; B join order"}
+    staqc.write_bytes(pickle.dumps(titles, protocol=2))
+    csn = root / "github" / "CodeSearchNet" / "resources"
+    csn.mkdir(parents=True)
+    (csn / "queries.csv").write_text("query\nconvert int to string\npriority queue\nregex\n", encoding="utf-8")
+    wq = root / "brmson" / "dataset-factoid-webquestions" / "main"
+    wq.mkdir(parents=True)
+    (wq / "trainmodel.json").write_text(json.dumps([
+        {"qId": "wqr000007", "answers": ["Washington"], "qText": "where are the nfl redskins from?"},
+        {"qId": "wqr000009", "answers": ["x"], "qText": "who?"}]), encoding="utf-8")
+    tm4 = root / "google-research-datasets" / "Taskmaster" / "TM-4-2024" / "data"
+    tm4.mkdir(parents=True)
+    call = [{"name": "api_call", "value": "get_menu_items", "context": "api_call_0"},
+            {"name": "request", "value": "{\"query\": \"Mocha\"}", "context": "api_call_0"},
+            {"name": "api_response", "value": "get_menu_items", "context": "api_response_0"},
+            {"name": "response", "value": "{\"menu_items\": [\"mocha-7466\"]}", "context": "api_response_0"},
+            {"name": "api_call", "value": "add_order_item", "context": "api_call_1"}]
+    order = [("user", "Hey, can I get a Mocha, please?", call), ("assistant", "Does the order look right?", []),
+             ("user", "Yep. That looks good.", []), ("assistant", "Pick it up at the bar.", [])]
+    question = [("user", "What do you put in a Steamer?", []), ("assistant", "Steamed milk.", [])]
+    (tm4 / "data_00.json").write_text(json.dumps([
+        {"conversation_id": f"dlg-{i}",
+         "utterances": [{"index": k, "speaker": s, "text": t, "annotations": a} for k, (s, t, a) in enumerate(turns)]}
+        for i, turns in enumerate((order, question))]), encoding="utf-8")
+    return root
+
+
+def test_developer_questions_search_questions_and_orders(tmp_path: Path) -> None:
+    found = {r["text"]: r for r in ps.rows(_developer_and_assistant_repositories(tmp_path / "src"))}
+    assert found["Calling an external command"]["label"] == "code"  # once: one question, two snippets
+    assert "Python" not in found  # one word is no question
+    assert found["mysql select where array in array"]["license"] == "CC BY 4.0 (StaQC)"
+    assert found["A & B join order"]["label"] == "code" and "Joins" not in found
+    assert found["convert int to string"]["label"] == found["priority queue"]["label"] == "code"
+    assert "regex" not in found
+    assert found["where are the nfl redskins from?"]["label"] == "chat" and "who?" not in found
+    assert found["Hey, can I get a Mocha, please?"]["label"] == "agent"
+    assert "What do you put in a Steamer?" not in found  # a question about a drink reads as chat alone
+
+
+def test_taskmaster_keeps_the_first_api_call_as_a_tool_loop(tmp_path: Path) -> None:
+    convs = ps.conversations(_developer_and_assistant_repositories(tmp_path / "src"))
+    (tm4,) = [c for c in convs if c["source"].startswith("google-research-datasets/Taskmaster")]
+    roles = [m["role"] for m in tm4["conversation"]]
+    assert roles == ["user", "tool_call", "tool", "assistant", "user"]
+    assert json.loads(tm4["conversation"][1]["content"]) == {"name": "get_menu_items", "arguments": {"query": "Mocha"}}
+    assert tm4["label"] == "agent" and tm4["tools"] is True
+
+
+def test_a_pickle_that_names_a_callable_is_refused(tmp_path: Path) -> None:
+    root = _developer_and_assistant_repositories(tmp_path / "src")
+    repository = root / "LittleYUYU" / "StackOverflow-Question-Code-Dataset"
+    (repository / ps.STAQC_SQL).write_bytes(pickle.dumps({1: Path("x")}))
+    with pytest.raises(pickle.UnpicklingError):
+        list(ps.staqc_sql(repository))

@@ -8,6 +8,7 @@ Heavy imports stay inside the handlers so `macaron --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -38,6 +39,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--no-finetune", action="store_true",
                    help="Keep the frozen MiniLM (no LoRA fine-tune of the escalation encoder; saves about 15 min "
                    "on one thread).")
+    p.add_argument("--static-dims", type=int, default=None,
+                   help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
+                   "dimensions; 0 turns them off (default: the training config's).")
     p.add_argument("--report", help="Also write the training report (hold-out and dev metrics) as JSON here.")
     p.set_defaults(func=_train)
 
@@ -70,6 +74,11 @@ def _train(args: argparse.Namespace) -> int:
 
     config = TrainConfig(seed=args.seed, escalation=not args.no_escalation, holdout=not args.no_holdout,
                          finetune=not args.no_finetune)
+    if args.static_dims is not None:
+        if args.static_dims < 0:
+            print("error: --static-dims must be 0 (off) or a positive number of dimensions", file=sys.stderr)
+            return 2
+        config = dataclasses.replace(config, static_dims=args.static_dims)
     try:
         artifact = train(args.data_dir, config, progress=lambda m: print(m, file=sys.stderr, flush=True))
         dev = load_jsonl(find_data_dir(args.data_dir) / "dev.jsonl")

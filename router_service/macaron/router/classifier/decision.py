@@ -107,7 +107,7 @@ class SpecialistClassifier:
         (read from the last turn's features, computed once)."""
         fast = self.artifact.fast
         idx, val = fast.featurizer.transform(conversation.last_text)
-        last = (fast.raw_logits(idx, val) + fast.bias) / fast.temperature
+        last = (fast.raw_logits(idx, val) + fast.static_logits(conversation.last_text) + fast.bias) / fast.temperature
         followup = 0.0 if self.artifact.followup is None else self.artifact.followup.probability_of(idx, val)
         if not conversation.history:
             return softmax(last), None, followup

@@ -41,8 +41,11 @@ def out_of_fold(
     *,
     only: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    static: Any = None,
+    dense: np.ndarray | None = None,
 ) -> OutOfFold:
-    """Out-of-fold logits, one fold per repository (or per repository in `only`)."""
+    """Out-of-fold logits, one fold per repository (or per repository in `only`). `static` and `dense`: the
+    fast model's static features (static_embedding.StaticEmbedding and every row's features), if any."""
     from macaron.router.classifier.train import fast_logits, fit_embedding, fit_fast, source_weights
 
     names = sorted(set(repos)) if only is None else list(only)
@@ -55,8 +58,9 @@ def out_of_fold(
         held = np.where(repos == name)[0]
         kept = np.where(repos != name)[0]
         weights = source_weights(repos[kept], y[kept])
-        fast = fit_fast([bags[i] for i in kept], y[kept], weights, config)
-        fast_out[held] = fast_logits(fast, [bags[i] for i in held])
+        fast = fit_fast([bags[i] for i in kept], y[kept], weights, config, static,
+                        None if dense is None else dense[kept])
+        fast_out[held] = fast_logits(fast, [bags[i] for i in held], None if dense is None else dense[held])
         if vectors is not None and embed_out is not None:
             head = fit_embedding(vectors[kept], y[kept], weights, config)
             embed_out[held] = vectors[held] @ head.weights + head.bias

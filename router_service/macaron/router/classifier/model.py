@@ -21,6 +21,7 @@ from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
 from macaron.router.classifier.followup import FollowupModel
+from macaron.router.classifier.static_embedding import StaticEmbedding
 from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
 
@@ -41,12 +42,14 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 @dataclass
 class FastModel:
-    """Lexical features + linear head: `logits = (x @ weights + bias) / temperature`."""
+    """Lexical features (+ optional static embedding) and a linear head:
+    `logits = ([tfidf(x), static(x)] @ weights + bias) / temperature`."""
 
     vectorizer: TfidfVectorizer
-    weights: np.ndarray  # (n_features, n_labels)
+    weights: np.ndarray  # (n_features [+ static dims], n_labels): TF-IDF rows first, then the static ones
     bias: np.ndarray  # (n_labels,)
     temperature: float = 1.0
+    static: StaticEmbedding | None = None  # distilled MiniLM token vectors (static_embedding.py); None: TF-IDF only
     _featurizer: InferenceFeaturizer | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -56,14 +59,21 @@ class FastModel:
         return self._featurizer
 
     def raw_text_logits(self, text: str) -> np.ndarray:
-        """x @ weights for one text (no bias, no temperature)."""
-        return self.raw_logits(*self.featurizer.transform(text))
+        """x @ weights for one text (no bias, no temperature), TF-IDF and static parts."""
+        return self.raw_logits(*self.featurizer.transform(text)) + self.static_logits(text)
 
     def raw_logits(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
-        """x @ weights for one featurized text (column indices and values), so other heads can share x."""
+        """The TF-IDF part of x @ weights for one featurized text (column indices and values), so other heads
+        can share x; add `static_logits(text)` for the whole."""
         if idx.size == 0:
             return np.zeros(self.bias.shape[0])
         return val @ self.weights[idx]
+
+    def static_logits(self, text: str) -> np.ndarray:
+        """The static-embedding part of x @ weights (zeros without static features)."""
+        if self.static is None:
+            return np.zeros(self.bias.shape[0])
+        return self.static.encode_one(text) @ self.weights[self.vectorizer.n_features :]
 
     def logits(self, conversation: Conversation) -> np.ndarray:
         mixed = np.zeros(self.bias.shape[0])
@@ -116,6 +126,7 @@ class Artifact:
                 "bias": self.fast.bias.astype(np.float64),
                 "temperature": float(self.fast.temperature),
             },
+            "static": None if self.fast.static is None else self.fast.static.to_payload(),
             "embedding": None,
             "escalation_threshold": float(self.escalation_threshold),
             "fast_weight_when_escalated": float(self.fast_weight_when_escalated),
@@ -151,12 +162,19 @@ class Artifact:
         vectorizer = TfidfVectorizer(
             vocab=vocab, idf=np.asarray(payload["idf"], dtype=np.float64), block_weights=payload["block_weights"]
         )
+        # An artifact written before static features existed has no "static" entry: TF-IDF alone, as trained.
+        static = StaticEmbedding.from_payload(payload["static"]) if payload.get("static") else None
         fast = FastModel(
             vectorizer=vectorizer,
             weights=np.ascontiguousarray(payload["fast"]["weights"], dtype=np.float64),
             bias=np.asarray(payload["fast"]["bias"], dtype=np.float64),
             temperature=float(payload["fast"]["temperature"]),
+            static=static,
         )
+        expected_rows = vectorizer.n_features + (static.dims if static is not None else 0)
+        if fast.weights.shape[0] != expected_rows:
+            raise ArtifactError(f"classifier artifact's fast head has {fast.weights.shape[0]} feature rows, its features "
+                                f"{expected_rows}; rebuild it with `macaron router train`")
         emb = payload.get("embedding")
         embedding = (
             EmbeddingHead(

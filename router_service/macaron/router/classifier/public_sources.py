@@ -2,7 +2,9 @@
 
 Why: a register that only one source represents breaks when that source is held out (grade-school
 math, terse code questions, voice-assistant requests). These repositories add a second or third
-source to each register, and real follow-up turns for the multi-turn data.
+source to each register (Stack Overflow titles and search queries for `code`, search-box questions
+about the world for `chat`, orders through an API for `agent`), and real follow-up turns and tool
+loops for the multi-turn data.
 
     # check out each repository of SOURCES at its commit into ROOT/<owner>/<name>, then
     python -m macaron.router.classifier.public_sources --root ROOT [--data-dir DIR]
@@ -20,8 +22,10 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import html
 import io
 import json
+import pickle
 import random
 import re
 import xml.etree.ElementTree as ET
@@ -175,6 +179,119 @@ def cosqa(root: Path) -> Iterator[Row]:
             yield Row(text, "code", path, text.lower())
 
 
+# --- developer questions as people type them (`code`) --------------------------------------------
+
+def conala(root: Path) -> Iterator[Row]:
+    """CoNaLa's annotated training intents: Stack Overflow question titles about Python, as asked."""
+    path = "dataset/train/train.json"
+    for item in json.loads((root / path).read_text(encoding="utf-8")):
+        text = _clean(item.get("intent") or "")
+        if len(text.split()) >= 2:
+            yield Row(text, "code", path, str(item["question_id"]))
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads plain containers only: a data file never gets to name a class or function to call."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+STAQC_SQL = ("annotation_tool/data/code_solution_labeled_data/source/"
+             "sql_how_to_do_it_by_classifier_multiple_qid_to_title.pickle")
+
+
+def staqc_sql(root: Path) -> Iterator[Row]:
+    """StaQC's Stack Overflow question titles of the `sql` tag ("mysql select where array in array")."""
+    with (root / STAQC_SQL).open("rb") as handle:
+        titles = _PlainUnpickler(handle, encoding="latin1").load()
+    for qid, title in sorted(titles.items()):
+        text = _clean(html.unescape(str(title)))
+        if 3 <= len(text.split()) <= 25:
+            yield Row(text, "code", STAQC_SQL, str(qid))
+
+
+def codesearchnet_queries(root: Path) -> Iterator[Row]:
+    """CodeSearchNet's 99 real search-engine queries that a code snippet answers ("convert int to string")."""
+    path = "resources/queries.csv"
+    for record in csv.DictReader(io.StringIO((root / path).read_text(encoding="utf-8"))):
+        text = _clean(record.get("query") or "")
+        if len(text.split()) >= 2:
+            yield Row(text, "code", path, text.lower())
+
+
+# --- search-box questions about the world (`chat`) -----------------------------------------------
+
+def webquestions(root: Path) -> Iterator[Row]:
+    """WebQuestions' Google Suggest questions ("where are the nfl redskins from?"), the `trainmodel` part.
+
+    Terse, lower-case, search-style like the code queries above, but about the world: the two
+    registers differ by topic, not by form."""
+    path = "main/trainmodel.json"
+    for item in json.loads((root / path).read_text(encoding="utf-8")):
+        text = _clean(item.get("qText") or "")
+        if len(text.split()) >= 3:
+            yield Row(text, "chat", path, item["qId"])
+
+
+# --- an assistant that orders through APIs (`agent`) ----------------------------------------------
+
+def _tm4_dialogues(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted((root / "TM-4-2024" / "data").glob("data_*.json")):
+        for dialogue in json.loads(path.read_text(encoding="utf-8")):
+            yield f"TM-4-2024/data/{path.name}", dialogue
+
+
+_TM4_ORDER = re.compile(r"\b(get|have|order|like|want|need|take|grab)\b", re.I)
+
+
+def taskmaster4(root: Path) -> Iterator[Row]:
+    """Taskmaster-4's opening customer turn of each coffee-ordering dialogue ("one chai latte please")."""
+    for path, dialogue in _tm4_dialogues(root):
+        first = next((u for u in dialogue["utterances"] if u["speaker"] == "user"), None)
+        text = _clean(first["text"]) if first else ""
+        # an order ("can I get a mocha to go"), not a question about a drink, which reads as `chat` alone
+        if len(text.split()) >= 4 and _TM4_ORDER.search(text) and not _GENERIC_OPENING.match(text):
+            yield Row(text, "agent", path, dialogue["conversation_id"])
+
+
+def _tm4_first_call(utterance: dict[str, Any]) -> list[dict[str, str]]:
+    """The first API call an utterance triggered and its response, as tool_call / tool turns."""
+    notes = {(a["name"], a["context"]): a["value"] for a in utterance.get("annotations") or []}
+    name = notes.get(("api_call", "api_call_0"))
+    if name is None:
+        return []
+    try:
+        arguments = json.loads(notes.get(("request", "api_call_0")) or "{}")
+    except json.JSONDecodeError:
+        arguments = {}
+    return [{"role": "tool_call", "content": json.dumps({"name": name, "arguments": arguments})},
+            {"role": "tool", "content": notes.get(("response", "api_response_0"), "")}]
+
+
+def taskmaster4_conversations(root: Path, max_user_turns: int = 4) -> Iterator[Conversation]:
+    """The first customer turns with the agent's replies; later turns ("yes", "make it large") are follow-ups.
+
+    Only the dialogue's first API call is kept (as a tool call and its result), so that one dialogue
+    gives at most one tool loop; the others are left out with their annotations."""
+    for path, dialogue in _tm4_dialogues(root):
+        turns: list[dict[str, str]] = []
+        users, called = 0, False
+        for utterance in dialogue["utterances"]:
+            role = "user" if utterance["speaker"] == "user" else "assistant"
+            users += role == "user"
+            if users > max_user_turns:
+                break
+            turns.append({"role": role, "content": _clean(utterance["text"])})
+            if role == "user" and not called:
+                call = _tm4_first_call(utterance)
+                turns += call
+                called = bool(call)
+        while turns and turns[-1]["role"] != "user":
+            turns.pop()
+        yield Conversation(turns, "agent", path, dialogue["conversation_id"])
+
+
 # --- web front-end tasks (`ui`, and `code` for build/server/3D projects) -------------------------
 
 # One project of each family (the others repeat its tasks for another framework); the shop families
@@ -251,6 +368,15 @@ SOURCES: tuple[Source, ...] = (
     Source("tldr-pages/tldr", "08e345f42639f67d99282813247ac670dc6e87cb", "CC BY 4.0", tldr, 700),
     Source("microsoft/CodeXGLUE", "ac74a62802a0dd159b3258c78a2df8ad36cdf2b9",
            "C-UDA (CoSQA, CodeXGLUE data license)", cosqa, 600),
+    Source("zorazrw/multilingual-conala", "b48112fe492432507d72004aafb6f0c399308333", "CC BY-SA 4.0 (CoNaLa)",
+           conala, 500),
+    Source("LittleYUYU/StackOverflow-Question-Code-Dataset", "81b74afb40b2c57b34a92ad94a67ade0c305d101",
+           "CC BY 4.0 (StaQC)", staqc_sql, 450),
+    Source("github/CodeSearchNet", "106e827405c968597da938f6b373d30183918869", "MIT", codesearchnet_queries, 99),
+    Source("brmson/dataset-factoid-webquestions", "668890853388010fe6ae9a5eb035a7917b88933b",
+           "CC BY 4.0 (WebQuestions)", webquestions, 400),
+    Source("google-research-datasets/Taskmaster", "d92cb6af3005f1dc09c39e75e7daf4a04905e00b", "CC BY 4.0",
+           taskmaster4, 250, taskmaster4_conversations, 120, tools=True),
     Source("bytedance/web-bench", "32075f1582fb9eed483f47f2afdb01311148b2bd", "Apache-2.0", webbench, 400,
            webbench_conversations, 200),
 )
