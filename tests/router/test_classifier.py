@@ -63,7 +63,13 @@ def test_non_utf8_bytes_are_a_clear_error(fast_classifier) -> None:
 
 
 def test_utf8_bytes_are_accepted(fast_classifier) -> None:
-    assert fast_classifier.classify("réserve une table pour deux ce soir".encode()).specialist in {"agent", "chat"}
+    assert fast_classifier.classify("book a table at the café for two tonight".encode()).specialist == "agent"
+
+
+@pytest.mark.xfail(strict=True, reason="known weakness: the training data is English; in a French booking the fast "
+                   "path reads only 'table', which the SQL questions of StaQC made a code word (classifier README)")
+def test_a_french_booking_is_not_code(fast_classifier) -> None:
+    assert fast_classifier.classify("réserve une table pour deux ce soir").specialist in {"agent", "chat"}
 
 
 def test_lone_surrogate_is_a_clear_error(fast_classifier) -> None:

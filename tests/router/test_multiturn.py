@@ -19,7 +19,7 @@ from .conftest import subset
 # the dev set: stay 0.948, switch 0.795 = 0.823 on the 372 switches into requests of the earlier sources and
 # 0.43 on the 28 into requests of the new sources, which the shipped artifact predates (retraining on them
 # is what lifts this floor back).
-MULTITURN_FAST_FLOORS = {"stay": 0.92, "continue": 0.95, "switch": 0.78, "tool_loop": 1.0}
+MULTITURN_FAST_FLOORS = {"stay": 0.92, "continue": 0.95, "switch": 0.80, "tool_loop": 1.0}
 # Measured on these subsets, deciding with the switch gate as the classifier does: stay 0.86, continue
 # 0.91, switch 0.77, tool loop 1.0 (the generic follow-ups written for the project are one held-out
 # group: without them stays fall to 0.73).
