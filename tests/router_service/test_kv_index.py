@@ -226,18 +226,24 @@ async def start_session(core: RoutingCore, i: int):
     return route
 
 
+async def head_resident_off_its_home(core: RoutingCore, engines) -> tuple[str, str]:
+    """Serve the application's first session on a replica other than its head's home; return (home, holder)."""
+    await following(core)
+    home = rendezvous(core.prompt_blocks(app_session(0), "chat")[0], sorted(REPLICAS))
+    holder = next(r for r in REPLICAS if r != home)
+    before = core.kv_writer.applied
+    engines.serve(holder, tokens_of(core, app_session(0)))
+    await settle(core, before)
+    return home, holder
+
+
 async def test_new_sessions_join_the_replica_holding_their_head_while_its_cache_has_room(tokenizer, engines) -> None:
     """The head is resident on one engine (its events say so), not on the head's home: the first two sessions of
     the application both go there (the second would be spread by session count alone), since the engine's
     1,024 KV tokens hold the head once and both sessions' expected histories."""
     core = make_core(tokenizer, engines, MemoryStore())
     try:
-        await following(core)
-        home = rendezvous(core.prompt_blocks(app_session(0), "chat")[0], sorted(REPLICAS))
-        holder = next(r for r in REPLICAS if r != home)
-        before = core.kv_writer.applied
-        engines.serve(holder, tokens_of(core, app_session(0)))
-        await settle(core, before)
+        home, holder = await head_resident_off_its_home(core, engines)
         for i in (1, 2):
             route = await start_session(core, i)
             assert route.replica == holder and route.snapshot.capacity == {r: 1024 for r in REPLICAS}
@@ -256,12 +262,7 @@ async def test_a_new_session_is_spread_when_the_holder_of_its_head_is_full(token
     engines = Engines(tiny_model, max_total_tokens=640)
     core = make_core(tokenizer, engines, MemoryStore())
     try:
-        await following(core)
-        home = rendezvous(core.prompt_blocks(app_session(0), "chat")[0], sorted(REPLICAS))
-        holder = next(r for r in REPLICAS if r != home)
-        before = core.kv_writer.applied
-        engines.serve(holder, tokens_of(core, app_session(0)))
-        await settle(core, before)
+        home, holder = await head_resident_off_its_home(core, engines)
         route = await start_session(core, 1)
         assert route.snapshot.prefix_share[holder] > 0.8 and route.snapshot.capacity[holder] == 640
         assert route.replica == home
