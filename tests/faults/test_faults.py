@@ -138,7 +138,7 @@ def test_overload_over_grpc_gets_resource_exhausted_with_retry_info(fault_stack:
 
 
 def test_clients_leaving_mid_stream_stop_the_engine_work(fault_stack: FaultStack) -> None:
-    body = {"model": "macaron-auto", "max_tokens": 1500, "stream": True,
+    body = {"model": "macaron-auto", "max_tokens": 1900, "min_tokens": 1900, "stream": True,
             "messages": [{"role": "user", "content": "Tell me a very long story about the sea."}]}
     clients = [httpx.Client(base_url=fault_stack.gateway_url, timeout=DEADLINE_S) for _ in range(4)]
     streams = [c.stream("POST", "/v1/chat/completions", json=body, headers={"x-session-id": uuid.uuid4().hex})
