@@ -68,6 +68,36 @@ async def test_chain_depths_are_counted_in_the_same_call_as_the_hashes(store: St
     assert (await store.hgetall_many_and_depths(["other"], "marks", []))[1] == {"r1": 0, "r2": 0, "r3": 0}
 
 
+async def test_depths_and_claims_are_read_in_one_call(store: Store) -> None:
+    """The chain depths as above, and the claims: the first claim's owner and how many claims in a row, from the
+    first, it owns (another owner or a missing key ends the run; an unclaimed first key: no owner)."""
+    await store.hset("marks", {"r1": b"e1", "r2": b"e2"}, ttl_s=30)
+    await store.hset("c0", {"r1": b"e1", "r2": b"e2"}, ttl_s=30)
+    await store.hset("c1", {"r1": b"e1"}, ttl_s=30)
+    await store.hset("other", {"x": b"1"}, ttl_s=30)
+    assert await store.set_many_nx(["p0", "p1", "p2"], b"r3", ttl_s=30) == 3
+    assert await store.set_many_nx(["p2", "p3"], b"r4", ttl_s=30) == 1  # first writer wins: p2 stays r3's
+    await store.set_many_nx(["p5"], b"r3", ttl_s=30)
+    rows, depths, claims = await store.hgetall_many_depths_and_claims(
+        ["other", "nope"], "marks", ["c0", "c1", "c2"], ["p0", "p1", "p2", "p3", "p4", "p5"])
+    assert rows == [{"x": b"1"}, {}]
+    assert depths == {"r1": 2, "r2": 1}
+    assert claims == {"r3": 3}
+    assert (await store.hgetall_many_depths_and_claims([], "marks", ["c0"], ["p3", "p2"]))[1:] == ({"r1": 1, "r2": 1},
+                                                                                                   {"r4": 1})
+    assert (await store.hgetall_many_depths_and_claims([], "no-marks", [], ["p4", "p0"])) == ([], {}, {})
+    assert (await store.hgetall_many_depths_and_claims(["other"], "no-marks", ["c0"], [])) == ([{"x": b"1"}], {}, {})
+
+
+async def test_claims_expire(store: Store) -> None:
+    assert await store.set_many_nx(["q0", "q1"], b"r1", ttl_s=0.2) == 2
+    assert await store.set_many_nx(["q0"], b"r2", ttl_s=5) == 0
+    await asyncio.sleep(0.3)
+    assert (await store.hgetall_many_depths_and_claims([], "marks", [], ["q0", "q1"]))[2] == {}
+    assert await store.set_many_nx(["q0"], b"r2", ttl_s=5) == 1
+    assert await store.set_many_nx([], b"r2", ttl_s=5) == 0
+
+
 async def test_hbatch_applies_sets_and_deletes_in_order(store: Store) -> None:
     await store.hbatch([("set", "h", {"a": b"1", "b": b"2"}), ("del", "h", ["a"]), ("set", "g", {"x": b"9"}),
                         ("del", "g", ["x"]), ("set", "g", {"y": b"8"}), ("del", "missing", ["z"])], ttl_s=0.3)

@@ -114,6 +114,14 @@ class GatedStore:
                                       ) -> tuple[list[dict[str, bytes]], dict[str, int]]:
         return await self._call(lambda: self.store.hgetall_many_and_depths(keys, marks_key, chain))
 
+    async def hgetall_many_depths_and_claims(self, keys: Sequence[str], marks_key: str, chain: Sequence[str],
+                                             claims: Sequence[str]
+                                             ) -> tuple[list[dict[str, bytes]], dict[str, int], dict[str, int]]:
+        return await self._call(lambda: self.store.hgetall_many_depths_and_claims(keys, marks_key, chain, claims))
+
+    async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
+        return await self._call(lambda: self.store.set_many_nx(keys, value, ttl_s))
+
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         await self._call(lambda: self.store.hbatch(ops, ttl_s))
 

@@ -29,6 +29,19 @@ def chain_depths(chain: Sequence[Mapping[str, bytes]], marks: Mapping[str, bytes
     return out
 
 
+def leading_claim(values: Sequence[bytes | None]) -> dict[str, int]:
+    """The owner of the first claim and how many claims in a row, from the first, it owns ({} when the first is
+    unclaimed): what `Store.hgetall_many_depths_and_claims` computes on the server."""
+    if not values or values[0] is None:
+        return {}
+    owner, depth = values[0], 0
+    for value in values:
+        if value != owner:
+            break
+        depth += 1
+    return {owner.decode(): depth}
+
+
 class StoreUnavailableError(ConnectionError):
     """The store did not answer within its deadline; callers degrade instead of failing."""
 
@@ -106,6 +119,20 @@ class Store(Protocol):
         """`hgetall_many(keys)` and, in the same round trip, for each field of the hash `marks_key` (a name →
         its mark), how many hashes of `chain`, from the first, hold that field with that mark. The server
         counts (one small reply instead of every hash of the chain)."""
+        ...
+
+    async def hgetall_many_depths_and_claims(self, keys: Sequence[str], marks_key: str, chain: Sequence[str],
+                                             claims: Sequence[str]
+                                             ) -> tuple[list[dict[str, bytes]], dict[str, int], dict[str, int]]:
+        """`hgetall_many_and_depths(keys, marks_key, chain)` and, in the same round trip, the claims: the value of
+        the string key `claims[0]` (an owner) and how many keys of `claims`, from the first, hold that same value
+        ({} when `claims[0]` is missing). Placement reads a request's residency and its head's pending claims
+        together."""
+        ...
+
+    async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
+        """Sets each key that does not exist to `value` with a TTL (first writer wins), in one round trip;
+        returns how many were set."""
         ...
 
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
-from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, chain_depths
+from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, chain_depths, leading_claim
 
 
 class MemoryStore:
@@ -80,6 +80,20 @@ class MemoryStore:
         rows = await self.hgetall_many(keys)
         (marks,) = await self.hgetall_many([marks_key])
         return rows, chain_depths(await self.hgetall_many(chain), marks)
+
+    async def hgetall_many_depths_and_claims(self, keys: Sequence[str], marks_key: str, chain: Sequence[str],
+                                             claims: Sequence[str]
+                                             ) -> tuple[list[dict[str, bytes]], dict[str, int], dict[str, int]]:
+        rows, depths = await self.hgetall_many_and_depths(keys, marks_key, chain)
+        return rows, depths, leading_claim([await self.get(k) for k in claims])
+
+    async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
+        written = 0
+        for key in keys:
+            if self._live(key) is None:
+                self._put(key, bytes(value), ttl_s)
+                written += 1
+        return written
 
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         for kind, key, what in ops:

@@ -72,6 +72,49 @@ return out
 hold the name with its mark (the KV-cache index's per-replica prefix depth; see Store.hgetall_many_and_depths)."""
 
 
+_DEPTHS_AND_CLAIMS_LUA = """
+local n_chain = tonumber(ARGV[1])
+local marks = redis.call('HGETALL', KEYS[1])
+local live, depth, out, n = {}, {}, {}, 0
+for i = 1, #marks, 2 do
+  live[marks[i]] = marks[i + 1]
+  depth[marks[i]] = 0
+  n = n + 1
+end
+for k = 2, 1 + n_chain do
+  if n == 0 then break end
+  for field, mark in pairs(live) do
+    if redis.call('HGET', KEYS[k], field) == mark then
+      depth[field] = depth[field] + 1
+    else
+      live[field] = nil
+      n = n - 1
+    end
+  end
+end
+for i = 1, #marks, 2 do
+  out[#out + 1] = marks[i]
+  out[#out + 1] = depth[marks[i]]
+end
+local first = 2 + n_chain
+local owner, claimed = '', 0
+if #KEYS >= first then
+  local v = redis.call('GET', KEYS[first])
+  if v then
+    owner = v
+    for k = first, #KEYS do
+      if redis.call('GET', KEYS[k]) ~= owner then break end
+      claimed = claimed + 1
+    end
+  end
+end
+return {out, owner, claimed}
+"""
+"""KEYS[1]: the marks hash; KEYS[2 .. 1 + ARGV[1]]: the chain (as _CHAIN_DEPTHS_LUA); the rest: claim keys. Returns
+the chain depths, the first claim's owner ('' when unclaimed) and how many claims in a row it owns (see
+Store.hgetall_many_depths_and_claims)."""
+
+
 _ADMIT_LUA = """
 local rate_limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
@@ -213,6 +256,36 @@ class RedisStore:
         rows = [{k.decode(): v for k, v in r.items()} for r in results[:-1]]
         flat = results[-1]
         return rows, {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    async def hgetall_many_depths_and_claims(self, keys: Sequence[str], marks_key: str, chain: Sequence[str],
+                                             claims: Sequence[str]
+                                             ) -> tuple[list[dict[str, bytes]], dict[str, int], dict[str, int]]:
+        async def run() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(self._k(key))
+            # EVAL, not EVALSHA: a pipeline cannot retry on NOSCRIPT; the server keeps the compiled script by hash
+            pipe.eval(_DEPTHS_AND_CLAIMS_LUA, 1 + len(chain) + len(claims), self._k(marks_key),
+                      *(self._k(k) for k in chain), *(self._k(k) for k in claims), len(chain))
+            return await pipe.execute()
+
+        results = await self._call(run())
+        rows = [{k.decode(): v for k, v in r.items()} for r in results[:-1]]
+        flat, owner, claimed = results[-1]
+        depths = {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return rows, depths, ({owner.decode(): int(claimed)} if owner else {})
+
+    async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
+        if not keys:
+            return 0
+
+        async def run() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.set(self._k(key), value, px=_ms(ttl_s), nx=True)
+            return await pipe.execute()
+
+        return sum(1 for ok in await self._call(run()) if ok)
 
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         if not ops:
