@@ -54,6 +54,7 @@ from macaron.kv_events.wire import lora_id_for
 from macaron.router.judge import Judge
 from macaron.router.kv_index.index import KVIndexWriter
 from macaron.router.kv_index.keys import block_keys_of_tokens
+from macaron.router.kv_index.pending import PendingClaims, with_claims
 from macaron.router.kv_index.subscriber import KVEventFollower
 from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
@@ -276,8 +277,14 @@ class RoutingCore:
         self.prefix_index = PrefixIndex(self.cache_store, settings.prefix_ttl_s)
         self.tracker = LoadTracker(self.cache_store, router_id, heartbeat_s=settings.load_heartbeat_s,
                                    stale_s=settings.load_stale_s)
+        head = settings.head_group
+        self.pending: PendingClaims | None = None
+        """Head claims (prefix_affinity with the KV-cache index): sessions that start together meet on one replica."""
+        if settings.kv_events.enabled and discovery is not None and self.policy == "prefix_affinity":
+            self.pending = PendingClaims(self.cache_store, ttl_s=head.pending_ttl_s, max_blocks=head.pending_max_blocks)
         self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
-                                        index=self.prefix_index, spread_window_s=settings.spread_window_s)
+                                        index=self.prefix_index, spread_window_s=settings.spread_window_s,
+                                        pending=self.pending)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
             settings.lifecycle, store,
@@ -572,8 +579,24 @@ class RoutingCore:
             capacity = self.kv_follower.capacity if self.kv_follower is not None else {}
             snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, preq.adapter) for r in replicas},
                                            capacity=capacity)
-        placement = self.profile.run(preq, replicas, snapshot)
+        scored = with_claims(snapshot, preq)
+        placement = self.profile.run(preq, replicas, scored)
+        self._claim_head(preq, scored, placement.replica)
         return placement.replica, placement, snapshot, preq
+
+    def _claim_head(self, preq: PlacementRequest, scored: Snapshot, replica: str) -> None:
+        """A request that starts (or moves) a session, or has none, whose head no replica holds or has claimed:
+        claims the head for `replica`, here at once and in the store in the background (never awaited)."""
+        if self.pending is None or not preq.kv_keys or preq.session_replica == replica:
+            return
+        if any(share >= self.settings.head_group.min_share for share in scored.prefix_share.values()):
+            return  # a replica holds it (or claimed it): the scorers already count it
+        write = self.pending.claim(preq.kv_keys, replica)
+        if write is not None:
+            if self.cache_store.degraded:
+                write.close()  # the store is down: the claim is this router's alone
+            else:
+                self._spawn(write)
 
     async def route(self, req: RouteRequest, *, gate: Awaitable[Any] | None = None,
                     admit: AdmitOnRead | None = None) -> Route:

@@ -107,6 +107,21 @@ class HeadGroupSettings(BaseModel):
         "on max_excess alone.",
     )
 
+    pending_ttl_s: float = Field(
+        20.0,
+        description="Seconds a pending head claim lasts: when a router places a new session whose head no replica "
+        "is known to hold, it claims the head's KV blocks for that replica in the placement store (first writer "
+        "wins), and every router counts the claimed replica as holding the head until the engine's KV-cache "
+        "events confirm it or the claim expires. Sessions that start together, before any prefill is reported, "
+        "then meet on one replica instead of being spread blind. Longer than a head's prefill under load; 0: no "
+        "claims.",
+    )
+    pending_max_blocks: int = Field(
+        128,
+        description="Most leading KV blocks of a prompt one claim covers (one key per block in the placement "
+        "store); 0: no claims.",
+    )
+
 
 class RouterSettings(BaseModel):
     """The L0 router: decision (explicit > session > classifier > judge > chat), placement, forwarding."""

@@ -17,6 +17,7 @@ from typing import Awaitable, Mapping
 
 from macaron.router.kv_index.index import EPOCH_KEY
 from macaron.router.kv_index.keys import KEY_PREFIX as KV_PREFIX
+from macaron.router.kv_index.pending import PendingClaims
 from macaron.router.placement.types import PlacementRequest, Snapshot
 from macaron.router.prefix_index import PrefixIndex, block_keys, matched_blocks, now_ms
 from macaron.store import Store, StoreUnavailableError
@@ -133,8 +134,11 @@ class SnapshotReader:
     """Reads load and the request's blocks in one round trip; degrades to this router's own view."""
 
     def __init__(self, store: Store, tracker: LoadTracker, *, prefix_ttl_s: float,
-                 index: PrefixIndex | None = None, spread_window_s: float = 300.0) -> None:
+                 index: PrefixIndex | None = None, spread_window_s: float = 300.0,
+                 pending: PendingClaims | None = None) -> None:
         self.store = store
+        self.pending = pending
+        """Pending head claims, read with the KV index's depths (None: not read)."""
         self.spread_window_s = spread_window_s
         self.spread_local: Counter[str] = Counter()
         """Sessions this router placed whose count is not in the store yet (added to what the store says)."""
@@ -176,7 +180,8 @@ class SnapshotReader:
         return frozenset(self._down)
 
     async def read(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot:
-        """Load, the KV-cache index's epochs and blocks, and the approximate index's blocks: one round trip."""
+        """Load, the KV-cache index's epochs and blocks, the head's pending claims, and the approximate index's
+        blocks: one round trip."""
         hashes, kv = request.block_hashes, request.kv_keys
         now = now_ms()
         spread = list(spread_keys(now, self.spread_window_s)) if with_load else []
@@ -184,8 +189,13 @@ class SnapshotReader:
         keys = head + block_keys(hashes)
         if not keys and not kv:
             return Snapshot(down=self.down())
+        claims: Mapping[str, int] = {}
+        claim_keys = self.pending.keys(kv) if self.pending is not None and kv else []
         try:
-            if kv:  # the KV index's depths are counted by the store: one small reply, not a hash per block
+            if claim_keys:  # the depths and the claims are counted by the store: one small reply
+                rows, precise, claims = await self.store.hgetall_many_depths_and_claims(
+                    keys, EPOCH_KEY, [KV_PREFIX + k for k in kv], claim_keys)
+            elif kv:  # the KV index's depths are counted by the store: one small reply, not a hash per block
                 rows, precise = await self.store.hgetall_many_and_depths(keys, EPOCH_KEY, [KV_PREFIX + k for k in kv])
             else:
                 rows, precise = await self.store.hgetall_many(keys), {}
@@ -195,7 +205,8 @@ class SnapshotReader:
             approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
             share, predicted = self._estimates(request, approx, {})
             return Snapshot(load=local, prefix=approx, total_blocks=len(hashes), down=self.down(), degraded=True,
-                            prefix_share=share, predicted_tokens=predicted, sessions=dict(self.spread_local))
+                            prefix_share=share, predicted_tokens=predicted, sessions=dict(self.spread_local),
+                            claimed=self.pending.merge(kv, {}) if claim_keys and self.pending else {})
         load = self.tracker.merge(rows[0], now) if with_load else {}
         sessions: Counter[str] = Counter(self.spread_local)
         for row in rows[1:1 + len(spread)]:
@@ -217,6 +228,7 @@ class SnapshotReader:
             predicted_tokens=predicted,
             approx_age_ms=ages,
             sessions=dict(sessions),
+            claimed=self.pending.merge(kv, claims) if claim_keys and self.pending else {},
         )
 
     def placed_session(self, replica: str) -> Awaitable[None]:

@@ -71,6 +71,9 @@ class Snapshot:
     """Sessions placed on each replica in the recent window, by every router replica (the spread scorer's)."""
     capacity: Mapping[str, int] = field(default_factory=dict)
     """KV-cache tokens each replica holds at most (`max_total_num_tokens` of its server info); absent: unknown."""
+    claimed: Mapping[str, int] = field(default_factory=dict)
+    """Pending head claims (kv_index.pending): the replica a router just sent this prompt's head to, and how many
+    of its leading KV blocks it claimed, before the engine's events report them (at most one replica)."""
 
 
 class Filter(Protocol):
