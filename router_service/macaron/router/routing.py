@@ -54,7 +54,7 @@ from macaron.kv_events.wire import lora_id_for
 from macaron.router.judge import Judge
 from macaron.router.kv_index.index import KVIndexWriter
 from macaron.router.kv_index.keys import block_keys_of_tokens
-from macaron.router.kv_index.pending import PendingClaims, with_claims
+from macaron.router.kv_index.pending import PendingClaims, holds_head, with_claims
 from macaron.router.kv_index.subscriber import KVEventFollower
 from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
@@ -579,7 +579,7 @@ class RoutingCore:
             capacity = self.kv_follower.capacity if self.kv_follower is not None else {}
             snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, preq.adapter) for r in replicas},
                                            capacity=capacity)
-        scored = with_claims(snapshot, preq)
+        scored = with_claims(snapshot, preq, self.settings.head_group.min_share)
         placement = self.profile.run(preq, replicas, scored)
         self._claim_head(preq, scored, placement.replica)
         return placement.replica, placement, snapshot, preq
@@ -589,7 +589,7 @@ class RoutingCore:
         claims the head for `replica`, here at once and in the store in the background (never awaited)."""
         if self.pending is None or not preq.kv_keys or preq.session_replica == replica:
             return
-        if any(share >= self.settings.head_group.min_share for share in scored.prefix_share.values()):
+        if holds_head(scored, self.settings.head_group.min_share):
             return  # a replica holds it (or claimed it): the scorers already count it
         write = self.pending.claim(preq.kv_keys, replica)
         if write is not None:

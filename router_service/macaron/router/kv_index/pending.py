@@ -42,11 +42,18 @@ def leading_owner(claims: Mapping[str, tuple[str, float]], keys: Sequence[str], 
     return {owner: depth} if owner is not None else {}
 
 
-def with_claims(snapshot: Snapshot, request: PlacementRequest) -> Snapshot:
-    """The snapshot the scorers see: each claimed replica holds its claimed blocks at least (prefix depth, share
-    of the prompt and predicted tokens), unless the request continues a session (claims never pull a session
-    away from its replica)."""
-    if not snapshot.claimed or request.session_replica is not None or not request.kv_keys:
+def holds_head(snapshot: Snapshot, min_share: float) -> bool:
+    """Whether some replica is known to hold `min_share` of the prompt (engine truth, or the approximate index)."""
+    return any(share >= min_share for share in snapshot.prefix_share.values())
+
+
+def with_claims(snapshot: Snapshot, request: PlacementRequest, min_share: float) -> Snapshot:
+    """The snapshot the scorers see: the claimed replica holds its claimed blocks at least (prefix depth, share of
+    the prompt and predicted tokens). Unchanged when the request continues a session (a claim never pulls a
+    session away from its replica) or when some replica is already known to hold `min_share` of the prompt (the
+    claim stood in for engine truth; once there is truth, the truth decides)."""
+    if (not snapshot.claimed or request.session_replica is not None or not request.kv_keys
+            or holds_head(snapshot, min_share)):
         return snapshot
     prefix, share, predicted = dict(snapshot.prefix), dict(snapshot.prefix_share), dict(snapshot.predicted_tokens)
     for replica, blocks in snapshot.claimed.items():
