@@ -16,7 +16,10 @@ script) and the session and version states read (5 small hashes). And, both arms
 store, a sessionless route's admission and states read for a key with a request rate only (the dev
 caller): before, the rate-limit script and the 4 version states as two calls side by side (as the router
 sent them); after, one pipeline (`hgetall_many_and_admit`: the states and the admission script). Keys live under a fresh prefix and
-are deleted at the end. Human-readable lines go to stderr; the last line on stdout is one JSON object.
+are deleted at the end. And, both arms on the shipped store, the placement read with the KV index's depths counted
+by the store: before, `hgetall_many_and_depths` (load, spread, approximate blocks, the 31-block chain); after,
+`hgetall_many_depths_and_claims`, the same and the head's pending claims (31 claim keys, the first 28 claimed
+by one replica: the most a claim read walks). Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -96,6 +99,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async def one_pipeline(_: RedisStore) -> Any:
         return await shipped.hgetall_many_and_admit(versions, ticket)
 
+    hashes, chain = [k for k in keys if not k.startswith("kv:")], [k for k in keys if k.startswith("kv:")]
+    claims = [f"kvpend:{k[3:]}" for k in chain]
+    await shipped.set_many_nx(claims[:28], REPLICAS[0].encode(), 600)
+
+    async def depths(_: RedisStore) -> Any:
+        return await shipped.hgetall_many_and_depths(hashes, "kvepoch", chain)
+
+    async def depths_and_claims(_: RedisStore) -> Any:
+        return await shipped.hgetall_many_depths_and_claims(hashes, "kvepoch", chain, claims)
+
     def per_arm(before: Callable[[RedisStore], Awaitable[Any]], after: Callable[[RedisStore], Awaitable[Any]]
                 ) -> Callable[[RedisStore], Awaitable[Any]]:
         return lambda s: before(s) if s is arms["before"] else after(s)
@@ -105,6 +118,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rate limit (Lua)": lambda s: s.rate_limit("limit", 10**9, 60),
         "session and states (5 hashes)": lambda s: s.hgetall_many(states),
         "limits + states (2 calls -> 1)": per_arm(two_calls, one_pipeline),
+        "depths -> depths + claims": per_arm(depths, depths_and_claims),
     }
     times: dict[str, dict[str, list[float]]] = {c: {a: [] for a in arms} for c in calls}
     try:
@@ -117,7 +131,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for arm in order:
                     times[name][arm] += await timed(args.calls, lambda: call(arms[arm]))
     finally:
-        await arms["after"].delete(*keys, "limit", "admit")
+        await arms["after"].delete(*keys, *claims, "limit", "admit")
         for store in arms.values():
             await store.close()
     out: dict[str, Any] = {}
