@@ -398,7 +398,7 @@ class RoutingCore:
         except StoreUnavailableError:
             self.metrics.state_reads.labels("last_known").inc()
             return None, self.versions.last_states
-        return self._decoded(req, raws, pushed)
+        return await self._decoded(req, raws, pushed)
 
     def _pushed_states(self) -> dict[str, SpecialistState]:
         self.metrics.state_reads.labels("push").inc()

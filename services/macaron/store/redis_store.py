@@ -167,7 +167,9 @@ class _RedisSubscription:
 class RedisStore:
     """Store on a Redis server; `timeout_s` bounds every operation."""
 
-    def __init__(self, url: str, timeout_s: float = 0.25, key_prefix: str = "macaron:") -> None:
+    def __init__(self, url: str, timeout_s: float = 0.25, key_prefix: str = "macaron:",
+                 client_name: str | None = None) -> None:
+        """`client_name`: the name its connections show in Redis' CLIENT LIST (operators, tests)."""
         self._prefix = key_prefix
         self._timeout_s = timeout_s
         self._redis = aioredis.Redis.from_url(
@@ -176,6 +178,7 @@ class RedisStore:
             socket_connect_timeout=timeout_s,
             retry_on_timeout=False,
             health_check_interval=0,
+            client_name=client_name,
         )
         self._rate_limit_script = self._redis.register_script(_RATE_LIMIT_LUA)
         self._admit_script = self._redis.register_script(_ADMIT_LUA)
