@@ -118,11 +118,22 @@ class StateFollower:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Reads once now (so the first request has current states), then follows in the background."""
-        with contextlib.suppress(StoreUnavailableError):
-            await self.resync()
+        """Subscribes and reads once now (so the first request has current states), then follows in the
+        background."""
+        sub = None
+        try:
+            sub = await self.store.subscribe(CHANNEL)
+            self.subscribed = True
+            await self.resync()  # after subscribing: a change made before it is in this read
+        except StoreUnavailableError:
+            pass
+        if sub is not None and not self.ready:  # subscribed but not read: the loop starts over
+            self.subscribed = False
+            with contextlib.suppress(Exception):
+                await sub.close()
+            sub = None
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._follow())
+            self._task = asyncio.get_running_loop().create_task(self._follow(sub))
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -138,14 +149,16 @@ class StateFollower:
         beat = Beat(time.time(), {name: st.revision for name, st in states.items()})
         await self.store.hset(ROUTERS_KEY, {self.router_id: beat.encode()}, ROUTERS_TTL_S)
 
-    async def _follow(self) -> None:
+    async def _follow(self, first: Subscription | None) -> None:
+        """`first`: a subscription already made and read after (start's)."""
         warned = False
         while True:
-            sub: Subscription | None = None
+            sub, first = first, None
             try:
-                sub = await self.store.subscribe(CHANNEL)
-                self.subscribed = True
-                await self.resync()  # after subscribing: a change made before it is in this read
+                if sub is None:
+                    sub = await self.store.subscribe(CHANNEL)
+                    self.subscribed = True
+                    await self.resync()  # after subscribing: a change made before it is in this read
                 if warned:
                     log.info("version-state subscription restored")
                 warned = False
