@@ -724,8 +724,10 @@ def bench_classify(classifier: Any, n: int) -> dict[str, float]:
 
 
 async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str], tokenizer: Any,
-                      classifier: Any) -> dict[str, float]:
-    """RoutingCore.route() in this process, production settings (judge on, KV-event index), the bench's Redis."""
+                      classifier: Any, profile: int = 0) -> dict[str, float]:
+    """RoutingCore.route() in this process, production settings (judge on, KV-event index), the bench's Redis.
+    `profile`: print that many functions of a cProfile of the measured routes, by own time (the profiler's
+    overhead is in the route figures of such a run: use it to find where the time goes, not to compare)."""
     from macaron.config import load_settings
     from macaron.discovery import StaticSource
     from macaron.prompting import ChatRequest, Message
@@ -751,8 +753,14 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
     await core.start()
     times, decision, judged = [], [], 0
     steps: dict[str, list[float]] = {}
+    profiler = None
     try:
         for i in range(n + 10):
+            if i == 10 and profile:
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
             s = i % 16
             history: list[Message] = [Message("system", systems[s % len(systems)])]
             for t in range(i // 16 % 4 + 1):
@@ -769,6 +777,16 @@ async def bench_route(stack: Stack, n: int, systems: list[str], users: list[str]
                 judged += route.decision.reason in ("judge", "default")
                 for key in ("state_read_ms", "classify_ms", "judge_ms", "placement_ms"):
                     steps.setdefault(key, []).append(getattr(route.times, key))
+        if profiler is not None:
+            profiler.disable()
+            import io
+            import pstats
+
+            text = io.StringIO()
+            stats = pstats.Stats(profiler, stream=text)
+            stats.sort_stats("tottime").print_stats(profile)
+            stats.sort_stats("cumulative").print_stats("macaron", profile)  # the project's own steps, inclusive
+            log(f"  cProfile of {n} routes (own time; the event loop's idle wait is select/epoll):\n" + text.getvalue())
         await core.flush()
     finally:
         await core.aclose()
@@ -925,7 +943,8 @@ async def measure(args: argparse.Namespace, stack: Stack, preloaded: Preloaded) 
     if "route" in args.parts:
         t = time.monotonic()
         log("route (decision + placement, production settings, Redis round trips):")
-        out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier))
+        out.update(await bench_route(stack, 60 if quick else 500, systems, users, tokenizer, classifier,
+                                     profile=args.profile))
         log(f"  p50 {out['route_p50_ms']:.3f} ms  p99 {out['route_p99_ms']:.3f} ms  "
             f"({out['route_judged_share']:.0%} asked the judge)  ({time.monotonic() - t:.1f} s)")
         log("  steps, p50 / p90 ms: " + ", ".join(f"{k[:-3]} {v:.2f} / {out['route_steps_p90_ms'][k]:.2f}"
@@ -1097,6 +1116,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="Comma-separated parts to measure (default: all): classify, route, ttft (router-added "
                         "TTFT, paired, with its breakdown), placement (the multi-turn arms); smg starts only for "
                         "placement.")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="The route part prints the N functions of a cProfile of its routes with the most own "
+                        "time (the profiler slows the routes it measures: for finding, not comparing).")
     parser.add_argument("--arm-b", action="append", default=[], metavar="ENV=VALUE",
                         help="Runs router b with this environment setting (repeatable; a MACARON_ setting, e.g. "
                         "MACARON_ROUTER__LIFECYCLE__USAGE_COALESCE_S=0, or PYTHONPATH to run another checkout's "

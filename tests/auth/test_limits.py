@@ -158,3 +158,89 @@ async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> Non
                 await asyncio.sleep(0.05)
     finally:
         await router.aclose()
+
+
+async def _admit(guard: Guard, principal: Any) -> bool:
+    """One request through a router's path: its rate credit first, else the store (which grants new credit)."""
+    if guard.take_credit(principal):
+        return True
+    try:
+        await guard.lease(principal)
+    except RateLimitedError:
+        return False
+    return True
+
+
+async def test_rate_credit_keeps_the_limit_over_two_replicas(redis_store) -> None:
+    """A rate-only key takes its credit (8) at once and admits locally; two replicas alternating still admit
+    exactly the limit in the window (credit near the limit is what is left, not 8), then both refuse. Near the
+    limit one replica may still admit from its credit while the other is refused (the trade-off)."""
+    settings = _settings("mk-credit", requests_per_minute=20).model_copy(update={"rate_credit": 8})
+    a, b = (Guard(settings, redis_store, dev_mode=False) for _ in range(2))
+    principal = a.authenticate("mk-credit")
+    verdicts = [await _admit((a, b)[i % 2], principal) for i in range(40)]
+    assert sum(verdicts) == 20 and verdicts[:16] == [True] * 16 and not any(verdicts[-10:])
+    client = redis_store._redis  # the window is a sorted set: 20 members, one per admission
+    assert await client.zcard(f"{redis_store._prefix}ratelimit:{principal.name}") == 20
+    with pytest.raises(RateLimitedError, match="rate limit") as info:
+        await a.lease(principal)
+    assert 0 < info.value.retry_after_s <= 60
+
+
+async def test_rate_credit_is_only_for_rate_only_keys(redis_store) -> None:
+    settings = _settings("mk-slots", requests_per_minute=20, max_concurrent_requests=5)
+    guard = Guard(settings, redis_store, dev_mode=False)
+    principal = guard.authenticate("mk-slots")
+    lease = await guard.lease(principal)
+    assert guard.admission(principal).rate_credit == 1 and not guard.take_credit(principal)
+    await lease.release()
+
+
+async def test_the_router_admits_from_its_credit_and_refuses_as_before(macaron_cache_dir, redis_url) -> None:
+    """Through a real router: a rate-only key of 3 requests a minute is admitted by the store once (3 granted),
+    twice from the router's credit, then refused with RESOURCE_EXHAUSTED and retry information, as without credit."""
+    from transformers import AutoTokenizer
+
+    from macaron.assets import ensure_tiny_model
+    from macaron.config import MacaronSettings
+    from macaron.discovery import StaticSource
+    from macaron.router.server import RouterServer
+    from macaron.v1 import common_pb2 as pb
+    from macaron.v1 import router_pb2_grpc
+
+    tiny = ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
+    key = "mk-router-credit"
+    auth = _settings(key, requests_per_minute=3)
+    settings = MacaronSettings(auth=auth.model_dump(), router={"metrics": False, "judge_timeout_s": 0.5})
+    store = RedisStore(redis_url, timeout_s=2.0, key_prefix=f"test-credit-{uuid.uuid4().hex[:8]}:")
+    router = RouterServer(settings, store=store, classifier=CountingClassifier(),
+                          tokenizer=AutoTokenizer.from_pretrained(str(tiny.model_dir)),
+                          discovery=StaticSource(["http://127.0.0.1:9"]), host="127.0.0.1", port=0, serve_metrics=False)
+    await router.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.port}") as channel:
+            stub = router_pb2_grpc.RouterStub(channel)
+            request = pb.GenerateRequest(messages=[pb.ChatMessage(role=pb.ROLE_USER, content="hello")])
+            metadata = (("authorization", f"Bearer {key}"),)
+
+            async def generate() -> grpc.aio.AioRpcError | None:
+                try:
+                    async for _ in stub.Generate(request, timeout=10, metadata=metadata):
+                        pass
+                except grpc.aio.AioRpcError as exc:
+                    return exc
+                return None
+
+            for _ in range(3):
+                outcome = await generate()
+                assert outcome is None or outcome.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+            refused = await generate()
+            assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "rate limit of 3 requests per minute" in (refused.details() or "")
+            keys = {k for k, _ in refused.trailing_metadata() or ()}
+            assert "grpc-status-details-bin" in keys  # RetryInfo, as before
+            sample = router.metrics.registry.get_sample_value
+            assert sample("macaron_router_admissions_total", {"source": "credit"}) == 2
+            assert sample("macaron_router_admissions_total", {"source": "store"}) == 2
+    finally:
+        await router.aclose()

@@ -110,7 +110,8 @@ class Routers:
     async def start(self, *, settings: MacaronSettings | None = None, **kwargs: Any
                     ) -> tuple[RouterServer, router_pb2_grpc.RouterStub, admin_pb2_grpc.AdapterAdminStub]:
         # generous: the test machine is shared; a Redis timeout degrades routing (no session pinning)
-        store = RedisStore(self.redis_url, timeout_s=2.0, key_prefix=self.key_prefix)
+        store = RedisStore(self.redis_url, timeout_s=2.0, key_prefix=self.key_prefix,
+                           client_name=self.client_name(len(self.servers)))
         server = RouterServer(settings or self.settings, store=store, classifier=KeywordClassifier(),
                               tokenizer=self.tokenizer, port=0, serve_metrics=False, **kwargs)
         port = await server.start()
@@ -118,6 +119,10 @@ class Routers:
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         self.channels.append(channel)
         return server, router_pb2_grpc.RouterStub(channel), admin_pb2_grpc.AdapterAdminStub(channel)
+
+    def client_name(self, index: int) -> str:
+        """The Redis client name of the index-th router's connections (CLIENT LIST shows it)."""
+        return f"{self.key_prefix}router{index}"
 
     async def close(self) -> None:
         for channel in self.channels:

@@ -192,12 +192,15 @@ def read_ahead(c: RoutingCore, outcome: str) -> float:
     return c.metrics.registry.get_sample_value("macaron_router_read_ahead_total", {"outcome": outcome}) or 0.0
 
 
-async def test_the_placement_read_overlaps_the_state_read_when_the_specialist_is_known_first() -> None:
+@pytest.mark.parametrize("push", [False, True])
+async def test_the_placement_read_overlaps_the_state_read_when_the_specialist_is_known_first(push: bool) -> None:
     """A forced specialist, or a request without a session (decided before any read), reads the placement
     state alongside the version states: one round trip of latency. A session's turn reads its session first.
-    A wrong guess (say the version states changed meanwhile) is read again and placed like any other."""
+    A wrong guess (say the version states changed meanwhile) is read again and placed like any other. With the
+    version states pushed (held in memory), a request without a session reads no state at all: the placement
+    read is the only one."""
     in_flight = [0, 0]
-    c = core(Fixed("code", 0.95), SlowStore(in_flight), cache=SlowStore(in_flight))
+    c = core(Fixed("code", 0.95), SlowStore(in_flight), cache=SlowStore(in_flight), lifecycle={"state_push": push})
     await c.start()
     try:
         first = await c.route(request("write a parser for this file format", session="s"))
@@ -210,7 +213,9 @@ async def test_the_placement_read_overlaps_the_state_read_when_the_specialist_is
         forced.release()
         plain = await c.route(request("write a parser for this file format", "now add tests"))
         plain.release()
-        assert read_ahead(c, "hit") == 2 and in_flight[1] == 2
+        assert read_ahead(c, "hit") == 2 and in_flight[1] == (1 if push else 2)
+        states = c.metrics.registry.get_sample_value
+        assert states("macaron_router_state_reads_total", {"source": "push" if push else "store"}) == 3
         assert forced.decision.specialist == "ui" and plain.decision.specialist == "code"
         assert plain.replica == first.replica and plain.snapshot.prefix.get(first.replica)
         c._guess = lambda req, specialist=None: ("ui", "")  # as if it had guessed wrong

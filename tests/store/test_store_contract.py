@@ -182,3 +182,40 @@ async def test_reset_drops_pooled_connections_and_keeps_working(store: Store) ->
     await store.set("r", b"1", ttl_s=5)
     await store.reset()
     assert await store.get("r") == b"1"
+
+
+async def test_admit_takes_a_rate_credit_at_once_and_less_near_the_limit(store: Store) -> None:
+    """A rate-only admission may take several admissions of the window at once (a router's rate credit): all that
+    fit, at least one, never past the limit."""
+    ticket = Admission(rate_key="credit", rate_limit=10, window_s=30, rate_credit=4)
+    first = await store.admit(ticket)
+    assert (first.allowed, first.granted, first.used) == (True, 4, 4)
+    second = await store.admit(ticket)
+    assert (second.granted, second.used) == (4, 8)
+    third = await store.admit(ticket)  # two left in the window: two granted
+    assert (third.allowed, third.granted, third.used) == (True, 2, 10)
+    refused = await store.admit(ticket)
+    assert (refused.allowed, refused.refused, refused.granted) == (False, "rate", 0)
+    single = await store.admit(Admission(rate_key="single", rate_limit=10, window_s=30))
+    assert (single.granted, single.used) == (1, 1)
+
+
+async def test_publish_reaches_every_subscriber_and_none_after_close(store: Store) -> None:
+    one, two = await store.subscribe("chan"), await store.subscribe("chan")
+    other = await store.subscribe("other")
+    assert await store.publish("chan", b"hello") == 2
+
+    async def message(sub) -> bytes | None:  # a subscription may wake without a message (None): wait on
+        for _ in range(50):
+            got = await sub.next(0.2)
+            if got is not None:
+                return got
+        return None
+
+    assert await message(one) == b"hello" and await message(two) == b"hello"
+    assert await other.next(0.05) is None
+    await one.close()
+    assert await store.publish("chan", b"again") == 1
+    assert await message(two) == b"again"
+    await two.close()
+    await other.close()

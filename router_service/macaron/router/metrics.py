@@ -75,6 +75,16 @@ class RouterMetrics:
         self.store_errors = Counter(
             "macaron_router_store_errors_total", "Shared-store operations that failed (then degraded).", registry=r
         )
+        self.state_reads = Counter(
+            "macaron_router_state_reads_total", "Version states a request routed by, by where they came from (push: "
+            "held in memory from the subscription, no store read; store: read with the request; last_known: the "
+            "store did not answer).", ["source"], registry=r,
+        )
+        self.admissions = Counter(
+            "macaron_router_admissions_total", "Admission verdicts (request rate, token budget, concurrency slot) by "
+            "where they came from (credit: this router's rate credit, no store call; store: the shared store; "
+            "process: per process while the store is down).", ["source"], registry=r,
+        )
         # --- per adapter version (SGLang's own /metrics has no per-adapter labels) ---
         self.version_choices = Counter(
             "macaron_router_version_decisions_total",

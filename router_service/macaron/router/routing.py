@@ -10,9 +10,10 @@
    KV-cache index the engines' own events fill, kv_index/); one placement-store read (load,
    both indexes) fills the snapshot, with each replica's adapter residency; the policy's profile
    picks the replica,
-4b. the adapter version (macaron.lifecycle): the four version states come in the session
-   read's own store round trip (no extra one); a session keeps its version, a new one may draw
-   the canary; placement only sees replicas whose engine lists that version,
+4b. the adapter version (macaron.lifecycle): the four version states are held in memory, pushed
+   by the lifecycle writer (`router.lifecycle.state_push`), or else come in the session read's
+   own store round trip (no extra one); a session keeps its version, a new one may draw the
+   canary; placement only sees replicas whose engine lists that version,
 5. after the pick: the replica's in-flight count goes up until `Route.release()` and the prefix
    blocks enter this router's overlay; once the first token went out (`Route.commit()`), the
    session and the blocks are written to the store in the background, off the path to that
@@ -395,23 +396,42 @@ class RoutingCore:
         ride on it too (their verdict goes to `admit.answer`)."""
         if admit is not None:
             return await self._read_and_admit(req, admit)
-        if not req.session_id:
-            return None, await self.versions.states()
+        pushed = self.versions.pushed
+        if not req.session_id and pushed:
+            return None, self._pushed_states()
+        keys = [session_key(req.owner, req.session_id)] if req.session_id else []
         try:
-            raws = await self.store.hgetall_many([session_key(req.owner, req.session_id), *self.versions.state_keys()])
+            raws = await self.store.hgetall_many(keys if pushed else [*keys, *self.versions.state_keys()])
         except StoreUnavailableError:
+            self.metrics.state_reads.labels("last_known").inc()
             return None, self.versions.last_states
-        return decode_session(raws[0]), await self.versions.accept(raws[1:])
+        return await self._decoded(req, raws, pushed)
+
+    def _pushed_states(self) -> dict[str, SpecialistState]:
+        self.metrics.state_reads.labels("push").inc()
+        return self.versions.last_states
+
+    async def _decoded(self, req: RouteRequest, raws: Sequence[Mapping[str, bytes]], pushed: bool
+                       ) -> tuple[SessionView | None, dict[str, SpecialistState]]:
+        """The session (first, when asked for) and the states (after it, unless they are pushed)."""
+        session = decode_session(raws[0]) if req.session_id else None
+        if pushed:
+            return session, self._pushed_states()
+        self.metrics.state_reads.labels("store").inc()
+        return session, await self.versions.accept(raws[1:] if req.session_id else raws)
 
     async def _read_and_admit(self, req: RouteRequest, admit: AdmitOnRead
                               ) -> tuple[SessionView | None, dict[str, SpecialistState]]:
         answer = admit.answer
-        keys = ([session_key(req.owner, req.session_id)] if req.session_id else []) + self.versions.state_keys()
+        pushed = self.versions.pushed
+        keys = ([session_key(req.owner, req.session_id)] if req.session_id else []) + (
+            [] if pushed else self.versions.state_keys())
         try:
             raws, verdict = await self.store.hgetall_many_and_admit(keys, admit.admission)
         except StoreUnavailableError as exc:
             if not answer.done():
                 answer.set_exception(exc)
+            self.metrics.state_reads.labels("last_known").inc()
             return None, self.versions.last_states
         except BaseException:
             if not answer.done():
@@ -419,9 +439,7 @@ class RoutingCore:
             raise
         if not answer.done():
             answer.set_result(verdict)
-        if req.session_id:
-            return decode_session(raws[0]), await self.versions.accept(raws[1:])
-        return None, await self.versions.accept(raws)
+        return await self._decoded(req, raws, pushed)
 
     async def decide(self, req: RouteRequest, *, prefetched: tuple[SessionView | None] | None = None,
                      times: StepTimes | None = None, gate: Awaitable[Any] | None = None
@@ -610,8 +628,15 @@ class RoutingCore:
         t0 = time.perf_counter()
         times = StepTimes()
         decided: tuple[Decision, SessionView | None] | None = None
-        # the session and version states: one round trip, sent before anything else, so it overlaps the rest
-        reading = asyncio.ensure_future(self.read_session_and_states(req, admit))
+        # the session and version states: one round trip, sent before anything else, so it overlaps the rest;
+        # none at all without a session or limits to check when the states are pushed (held in memory)
+        local = admit is None and not req.session_id and self.versions.pushed
+        reading: asyncio.Future[tuple[SessionView | None, dict[str, SpecialistState]]]
+        if local:
+            reading = asyncio.get_running_loop().create_future()
+            reading.set_result((None, self._pushed_states()))
+        else:
+            reading = asyncio.ensure_future(self.read_session_and_states(req, admit))
         early = None
         try:
             guess = self._guess(req)
@@ -620,7 +645,7 @@ class RoutingCore:
                 # turns first, so its command (and the caller's limit check) is on the wire before the classifier
                 # holds the loop: a store call yields to the loop before its command is written (redis-py's pool checks the
                 # connection first).
-                for _ in range(SEND_TURNS):
+                for _ in range(0 if local else SEND_TURNS):
                     await asyncio.sleep(0)
                 decided = await self.decide(req, prefetched=(None,), times=times, gate=gate)
                 guess = self._guess(req, decided[0].specialist)

@@ -155,6 +155,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             lease = await self.guard.lease(principal, admission, answer=answer)
         except RateLimitedError as exc:
             raise rate_limited(str(exc), exc.retry_after_s) from None
+        finally:
+            self.core.metrics.admissions.labels("process" if self.guard.degraded else "store").inc()
         return lease, (time.perf_counter() - t) * 1000
 
     def _drop_lease(self, admitted: "asyncio.Future[tuple[Lease, float]]") -> None:
@@ -238,11 +240,19 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             # The limits ride on the route's session-and-states read (one state-store round trip for both) and are
             # settled beside the decision; the route awaits them before the judge (an engine call) and before
             # anything is placed or recorded, so an over-limit caller costs at most the classifier and leaves no trace.
-            admission = self.guard.admission(principal)
-            answer: asyncio.Future[AdmitResult] = asyncio.get_running_loop().create_future()
-            admitted = asyncio.ensure_future(self._limits(principal, admission, answer))
+            admitted: asyncio.Future[tuple[Lease, float]]
+            admit_on_read: AdmitOnRead | None = None
+            if self.guard.take_credit(principal):  # a rate-only key with credit left: no store call for its limit
+                self.core.metrics.admissions.labels("credit").inc()
+                admitted = asyncio.get_running_loop().create_future()
+                admitted.set_result((NO_LEASE, 0.0))
+            else:
+                admission = self.guard.admission(principal)
+                answer: asyncio.Future[AdmitResult] = asyncio.get_running_loop().create_future()
+                admitted = asyncio.ensure_future(self._limits(principal, admission, answer))
+                admit_on_read = AdmitOnRead(admission, answer)
             try:
-                route = await self.core.route(req, gate=admitted, admit=AdmitOnRead(admission, answer))
+                route = await self.core.route(req, gate=admitted, admit=admit_on_read)
             except InvalidHintError as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             finally:

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
 
-from macaron.store import Admission, AdmitResult, RateLimitResult, Store, StoreUnavailableError
+from macaron.store import Admission, AdmitResult, RateLimitResult, Store, StoreUnavailableError, Subscription
 from macaron.store.base import HashOp
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,12 @@ class GatedStore:
     async def hgetall_many_and_admit(self, keys: Sequence[str], admission: Admission
                                      ) -> tuple[list[dict[str, bytes]], AdmitResult]:
         return await self._call(lambda: self.store.hgetall_many_and_admit(keys, admission))
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        return await self._call(lambda: self.store.publish(channel, message))
+
+    async def subscribe(self, channel: str) -> Subscription:
+        return await self._call(lambda: self.store.subscribe(channel))
 
     async def ping(self) -> bool:
         try:

@@ -9,6 +9,12 @@ down), and `degraded` says so for health and metrics.
 concurrency slot) in one store call (`Store.admit`, one Lua script): a refused request counts
 against nothing and holds nothing. The router sends that call inside its state read's pipeline
 (`Guard.admission` + `Guard.lease(..., answer=...)`), so admission costs no round trip of its own.
+
+Rate credit: a key with only a request-rate limit takes `auth.rate_credit` admissions of its window at once and
+admits locally (`Guard.take_credit`) until they are spent or `auth.rate_credit_ttl_s` passed, so most of its
+requests need no admission call at all. Credit is counted in the shared window when taken, so near the limit a
+replica may admit up to `rate_credit` requests more over a sliding window than the limit (and credit one replica
+holds unspent is counted against the others meanwhile).
 """
 
 from __future__ import annotations
@@ -112,6 +118,8 @@ class Guard:
         self._by_hash = {entry.sha256: entry for entry in settings.api_keys}
         self._replica = uuid.uuid4().hex[:12]
         """This process's field in the shared in-flight counters (each replica counts its own)."""
+        self._credit: dict[str, tuple[int, float]] = {}
+        """Per key: rate admissions taken from the store and not yet used, and when they expire (monotonic)."""
 
     @property
     def dev_mode(self) -> bool:
@@ -155,15 +163,40 @@ class Guard:
                 retry_after_s=result.retry_after_s,
             )
 
+    @staticmethod
+    def rate_only(principal: Principal) -> bool:
+        """Whether the key's only limit is its request rate (no token budget, no concurrency cap)."""
+        return principal.tokens_per_minute is None and principal.max_concurrent_requests is None
+
+    def take_credit(self, principal: Principal) -> bool:
+        """Admits one request of a rate-only key from this process's credit (no store call); False when it has
+        none left (the caller then asks the store, which grants new credit with the verdict)."""
+        held = self._credit.get(principal.name)
+        if held is None:
+            return False
+        left, until = held
+        if left <= 0 or time.monotonic() >= until or not self.rate_only(principal):
+            del self._credit[principal.name]
+            return False
+        self._credit[principal.name] = (left - 1, until)
+        return True
+
+    def _keep_credit(self, principal: Principal, granted: int) -> None:
+        if granted <= 1:
+            return
+        left, _ = self._credit.get(principal.name, (0, 0.0))
+        self._credit[principal.name] = (left + granted - 1, time.monotonic() + self._settings.rate_credit_ttl_s)
+
     def admission(self, principal: Principal, *, rate: bool = True) -> Admission:
         """The caller's limits as one store call: the request rate (unless `rate` is False), the token budget of
-        this clock minute and a concurrency slot, where the key has them."""
+        this clock minute and a concurrency slot, where the key has them. A rate-only key asks for its rate
+        credit (`auth.rate_credit` admissions at once)."""
         name = principal.name
         tokens = principal.tokens_per_minute
         slots = principal.max_concurrent_requests
         return Admission(
             rate_key=f"ratelimit:{name}" if rate else None, rate_limit=principal.requests_per_minute,
-            window_s=LIMIT_WINDOW_S,
+            window_s=LIMIT_WINDOW_S, rate_credit=self._settings.rate_credit if rate and self.rate_only(principal) else 1,
             tokens_key=None if tokens is None else f"tokens:{name}:{int(time.time() // TOKEN_WINDOW_S)}",
             tokens_limit=tokens or 0,
             slots_key=None if slots is None else f"inflight:{name}", slots_field=self._replica,
@@ -190,6 +223,8 @@ class Guard:
             result = await store.admit(admission)
         if not result.allowed:
             raise self._refusal(principal, admission, result)
+        if admission.rate_credit > 1:
+            self._keep_credit(principal, result.granted)
         if admission.slots_key is None and admission.tokens_key is None:
             return NO_LEASE
         return Lease(self, principal, store)

@@ -56,6 +56,17 @@ class AuthSettings(BaseModel):
     default_tokens_per_minute: int | None = Field(
         None, ge=1, description="Per-key token budget per minute when a key sets none (null: unlimited)."
     )
+    rate_credit: int = Field(
+        8, ge=1, description="A key with only a request-rate limit (no token budget, no concurrency cap) takes this "
+        "many admissions of its window from the shared store at once, and admits locally until they are spent: most "
+        "requests need no admission round trip. Trade-off: credit taken is counted in the window when taken, so near "
+        "the limit each router replica may admit up to this many requests more over a sliding window than the "
+        "limit. 1: every request asks the store.",
+    )
+    rate_credit_ttl_s: float = Field(
+        60.0, gt=0, description="Unspent rate credit expires after this long (at most the one-minute window it was "
+        "counted in).",
+    )
     internal_token: SecretStr | None = Field(
         None,
         description="Shared secret between Macaron's own hops (the router sends it to the specialists as a bearer "

@@ -13,6 +13,7 @@ from macaron.lifecycle.engines import EngineClients
 from macaron.lifecycle.gate import PromotionGate, Scorer, load_scorer
 from macaron.lifecycle.inventory import AdapterInventory
 from macaron.lifecycle.operations import Lifecycle
+from macaron.lifecycle.push import StateFollower, StatePublisher
 from macaron.lifecycle.settings import LifecycleSettings
 from macaron.lifecycle.store import VersionStore, state_key
 from macaron.lifecycle.tasks import stop_task
@@ -59,6 +60,11 @@ class VersionRuntime:
         self._watch: asyncio.Task[None] | None = None
         self._revisions: dict[str, int] = {n: st.revision for n, st in defaults.items()}
         self._refreshing: asyncio.Future[None] | None = None
+        self.follower: StateFollower | None = None
+        if settings.state_push:
+            self.versions.publisher = StatePublisher(store, ack_timeout_s=settings.state_ack_timeout_s,
+                                                     resync_s=settings.state_resync_s)
+            self.follower = StateFollower(store, router_id, self.read_states, resync_s=settings.state_resync_s)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -67,10 +73,14 @@ class VersionRuntime:
             await asyncio.wait_for(self.inventory.refresh_now(notify=False), self.settings.engine_timeout_s)
         self.inventory.start()
         self.usage.start()
+        if self.follower is not None:
+            await self.follower.start()
         if self.settings.auto_rollback.enabled and self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
 
     async def aclose(self) -> None:
+        if self.follower is not None:
+            await self.follower.stop()
         await stop_task(self._watch)
         self._watch = None
         await stop_task(self._refreshing)  # type: ignore[arg-type]
@@ -81,6 +91,15 @@ class VersionRuntime:
         await self.engines.aclose()
 
     # ------------------------------------------------------------ per request
+
+    @property
+    def pushed(self) -> bool:
+        """Whether requests route by the states held in memory (kept by the subscription), reading none."""
+        return self.follower is not None and self.follower.ready
+
+    async def read_states(self) -> dict[str, SpecialistState]:
+        """Every specialist's state from the store, installed (raises StoreUnavailableError)."""
+        return await self.accept(await self.versions.store.hgetall_many(self.state_keys()))
 
     def state_keys(self) -> list[str]:
         """The store keys of every specialist's state (a caller may read them in its own pipeline)."""

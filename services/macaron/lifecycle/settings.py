@@ -77,6 +77,21 @@ class LifecycleSettings(BaseModel):
     gate_scorer: str = Field(
         "", description="Promotion gate scorer as module:function (higher is better); empty: no gate."
     )
+    state_push: bool = Field(
+        True, description="Version states are pushed to routers (a publish/subscribe message per change, each router "
+        "keeps them in memory and acknowledges) instead of read from the store on every request. Off: every request "
+        "reads them in its session read's round trip, as before.",
+    )
+    state_ack_timeout_s: float = Field(
+        2.0, ge=0, description="With state_push, an operation returns once every live router acknowledged the "
+        "change (so 'committed' means every router routes by it), or after this long (a router that did not "
+        "acknowledge catches up within state_resync_s; the log names it).",
+    )
+    state_resync_s: float = Field(
+        5.0, gt=0, description="With state_push, each router re-reads every version state this often whatever it "
+        "was sent (a missed message or a dead subscription heals within it), and re-announces itself as live; a "
+        "router silent for 3 times this no longer counts as live for acknowledgements.",
+    )
     auto_rollback: AutoRollbackSettings = Field(
         default_factory=AutoRollbackSettings, description="Automatic rollback of a bad canary."
     )

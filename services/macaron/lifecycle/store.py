@@ -3,8 +3,11 @@
 Keys (under the store's own prefix):
 
 - `lifecycle:state:<specialist>`: a hash whose `state` field is the SpecialistState as JSON;
-  all four are read in one round trip per request (`read_all`), so a promote or rollback on
-  one router is obeyed by every other router from its next request on.
+  all four are read in one round trip (`read_all`). With `router.lifecycle.state_push` (the
+  default) each write is announced to every router, which keeps the states in memory
+  (`macaron.lifecycle.push`) and acknowledges; the write returns once they all did. Without it,
+  routers read the states on every request. Either way a promote or rollback on one router is
+  obeyed by every other router from its next request on.
 - `lifecycle:history:<specialist>`: the last changes (who, when, what, why) as JSON.
 - `lifecycle:usage:<specialist>`: per router and version, the requests in flight and the last
   use, republished by each router (`UsageTracker`); `unload` waits on it.
@@ -17,10 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from macaron.lifecycle.versions import HistoryEntry, SpecialistState, history_from_json, history_to_json
 from macaron.store import Store
+
+if TYPE_CHECKING:
+    from macaron.lifecycle.push import StatePublisher
 
 STATE_TTL_S = 10 * 365 * 86400.0
 
@@ -43,6 +49,8 @@ class VersionStore:
 
     store: Store
     defaults: Mapping[str, SpecialistState]
+    publisher: "StatePublisher | None" = None
+    """Announces each write to the routers and waits for their acknowledgements (None: routers read per request)."""
 
     async def read_all(self, specialists: Sequence[str] | None = None) -> dict[str, SpecialistState]:
         """The state of each specialist, in one round trip (raises StoreUnavailableError)."""
@@ -67,11 +75,14 @@ class VersionStore:
             return self.defaults[name]
 
     async def write(self, state: SpecialistState, entry: HistoryEntry) -> None:
-        """Saves the state, then appends the change to its history."""
+        """Saves the state, appends the change to its history, then (with a publisher) returns once every live
+        router acknowledged it, or after the publisher's timeout."""
         await self.store.hset(state_key(state.specialist), {"state": state.to_json()}, STATE_TTL_S)
         history = history_from_json(await self.store.get(history_key(state.specialist)))
         history.append(entry)
         await self.store.set(history_key(state.specialist), history_to_json(history), STATE_TTL_S)
+        if self.publisher is not None:
+            await self.publisher.announce(state)
 
     async def history(self, specialist: str) -> list[HistoryEntry]:
         return history_from_json(await self.store.get(history_key(specialist)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from macaron.store.base import Admission, AdmitResult, RateLimitResult, Store, StoreUnavailableError
+from macaron.store.base import Admission, AdmitResult, RateLimitResult, Store, StoreUnavailableError, Subscription
 from macaron.store.memory import MemoryStore
 from macaron.store.redis_store import RedisStore
 
@@ -14,4 +14,5 @@ def open_store(redis_url: str | None, timeout_s: float = 0.25, key_prefix: str =
     return MemoryStore()
 
 
-__all__ = ["Admission", "AdmitResult", "MemoryStore", "RateLimitResult", "RedisStore", "Store", "StoreUnavailableError", "open_store"]
+__all__ = ["Admission", "AdmitResult", "MemoryStore", "RateLimitResult", "RedisStore", "Store", "StoreUnavailableError", "Subscription",
+           "open_store"]

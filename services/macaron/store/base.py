@@ -74,6 +74,9 @@ class Admission:
     slots_field: str = ""
     slots_limit: int = 0
     slots_ttl_s: float = 900.0
+    rate_credit: int = 1
+    """Admissions of the rate window to take at once (fewer near the limit, at least one): the caller admits the
+    rest locally (`macaron.auth` rate credit). Only for a rate-only admission; 1: this request alone."""
 
     @property
     def checks(self) -> bool:
@@ -91,6 +94,20 @@ class AdmitResult:
     """The rate window's wait; 0 for the others (the caller knows their windows)."""
     used: int = 0
     """What the refusing limit had used (requests in the window, tokens, slots in flight)."""
+    granted: int = 1
+    """Rate admissions taken (up to `Admission.rate_credit`; 0 when refused)."""
+
+
+class Subscription(Protocol):
+    """Messages of one publish/subscribe channel, from when it was subscribed. A message published while nobody
+    listens is lost (fire and forget): subscribers re-read the state itself now and then."""
+
+    async def next(self, timeout_s: float) -> bytes | None:
+        """The next message; None when none came within `timeout_s` (or the wait ended early for no message).
+        StoreUnavailableError when the subscription is broken: close it and subscribe again."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class Store(Protocol):
@@ -156,6 +173,14 @@ class Store(Protocol):
                                      ) -> tuple[list[dict[str, bytes]], AdmitResult]:
         """`hgetall_many(keys)` and `admit(admission)` in the same round trip (a request's state read carries
         its admission)."""
+        ...
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        """Sends a message to the channel's current subscribers; returns how many got it."""
+        ...
+
+    async def subscribe(self, channel: str) -> Subscription:
+        """A subscription to the channel, already listening when it returns."""
         ...
 
     async def ping(self) -> bool: ...

@@ -6,11 +6,13 @@ operation is atomic without locks.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
-from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, chain_depths, leading_claim
+from macaron.store.base import (Admission, AdmitResult, HashOp, RateLimitResult, StoreUnavailableError, chain_depths,
+                                 leading_claim)
 
 
 class MemoryStore:
@@ -19,6 +21,7 @@ class MemoryStore:
     def __init__(self, clock: Callable[[], float] = time.monotonic, max_keys: int = 200_000) -> None:
         self._clock = clock
         self._max_keys = max_keys
+        self._channels: dict[str, set[_MemorySubscription]] = {}
         self._values: dict[str, bytes | dict[str, bytes] | deque[tuple[float, int]]] = {}
         self._expires: dict[str, float] = {}
 
@@ -141,27 +144,42 @@ class MemoryStore:
             used = sum(c for _, c in events)
             if used + 1 > a.rate_limit:
                 retry = (events[0][0] + a.window_s - now) if events else a.window_s
-                return AdmitResult(False, "rate", max(retry, 0.001), used)
+                return AdmitResult(False, "rate", max(retry, 0.001), used, granted=0)
         if a.tokens_key:
             (bucket,) = await self.hgetall_many([a.tokens_key])
             spent = int(bucket.get("used", b"0"))
             if spent >= a.tokens_limit:
-                return AdmitResult(False, "tokens", 0.0, spent)
+                return AdmitResult(False, "tokens", 0.0, spent, granted=0)
         if a.slots_key:
             (slots,) = await self.hgetall_many([a.slots_key])
             in_flight = sum(int(v) for v in slots.values())
             if in_flight + 1 > a.slots_limit:
-                return AdmitResult(False, "slots", 0.0, in_flight)
+                return AdmitResult(False, "slots", 0.0, in_flight, granted=0)
             await self.hincrby(a.slots_key, a.slots_field, 1, a.slots_ttl_s)
         if a.rate_key:
-            events.append((now, 1))
+            granted = max(1, min(a.rate_credit, a.rate_limit - used))
+            events.append((now, granted))
             self._put(a.rate_key, events, a.window_s)
-            return AdmitResult(True, used=used + 1)
+            return AdmitResult(True, used=used + granted, granted=granted)
         return AdmitResult(True)
 
     async def hgetall_many_and_admit(self, keys: Sequence[str], admission: Admission
                                      ) -> tuple[list[dict[str, bytes]], AdmitResult]:
         return await self.hgetall_many(keys), await self.admit(admission)
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        listeners = list(self._channels.get(channel, ()))
+        for sub in listeners:
+            sub.queue.put_nowait(bytes(message))
+        return len(listeners)
+
+    async def subscribe(self, channel: str) -> _MemorySubscription:
+        sub = _MemorySubscription(self, channel)
+        self._channels.setdefault(channel, set()).add(sub)
+        return sub
+
+    def _unsubscribe(self, sub: _MemorySubscription) -> None:
+        self._channels.get(sub.channel, set()).discard(sub)
 
     async def ping(self) -> bool:
         return True
@@ -172,3 +190,32 @@ class MemoryStore:
     async def close(self) -> None:
         self._values.clear()
         self._expires.clear()
+        for subs in self._channels.values():
+            for sub in subs:
+                sub.closed = True
+                sub.queue.put_nowait(None)
+        self._channels.clear()
+
+
+class _MemorySubscription:
+    """A queue per subscriber; a closed store breaks it (as a dropped Redis connection does)."""
+
+    def __init__(self, store: MemoryStore, channel: str) -> None:
+        self.store, self.channel = store, channel
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.closed = False
+
+    async def next(self, timeout_s: float) -> bytes | None:
+        if self.closed and self.queue.empty():
+            raise StoreUnavailableError("subscription closed")
+        try:
+            message = await asyncio.wait_for(self.queue.get(), max(timeout_s, 0.0))
+        except asyncio.TimeoutError:
+            return None
+        if message is None:
+            raise StoreUnavailableError("subscription closed")
+        return message
+
+    async def close(self) -> None:
+        self.closed = True
+        self.store._unsubscribe(self)

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, StoreUnavailableError
+from macaron.store.base import Admission, AdmitResult, HashOp, RateLimitResult, StoreUnavailableError, Subscription
 
 T = TypeVar("T")
 
@@ -133,29 +133,32 @@ if rate_limit >= 0 then
     local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     local retry = window_ms
     if oldest[2] then retry = tonumber(oldest[2]) + window_ms - now end
-    return {0, 'rate', retry, used}
+    return {0, 'rate', retry, used, 0}
   end
 end
 if tokens_limit >= 0 then
   local spent = tonumber(redis.call('HGET', KEYS[2], 'used') or '0')
-  if spent >= tokens_limit then return {0, 'tokens', 0, spent} end
+  if spent >= tokens_limit then return {0, 'tokens', 0, spent, 0} end
 end
 if slots_limit >= 0 then
   local n = 0
   for _, v in ipairs(redis.call('HVALS', KEYS[3])) do n = n + tonumber(v) end
-  if n + 1 > slots_limit then return {0, 'slots', 0, n} end
+  if n + 1 > slots_limit then return {0, 'slots', 0, n, 0} end
   redis.call('HINCRBY', KEYS[3], field, 1)
   redis.call('PEXPIRE', KEYS[3], slots_ttl_ms)
 end
+local granted = 1
 if rate_limit >= 0 then
-  redis.call('ZADD', KEYS[1], now, id)
+  granted = math.max(1, math.min(tonumber(ARGV[8]), rate_limit - used))
+  for i = 1, granted do redis.call('ZADD', KEYS[1], now, id .. ':' .. i) end
   redis.call('PEXPIRE', KEYS[1], window_ms)
 end
-return {1, '', 0, used + 1}
+return {1, '', 0, used + granted, granted}
 """
 """KEYS: the rate window, the token budget, the slots (unused ones repeat KEYS[1], untouched); ARGV: rate limit,
-window ms, a unique member, token limit, slot limit (-1: no such limit), this replica's slot field, slot TTL ms.
-Every limit is checked before anything is written (Store.admit)."""
+window ms, a unique member, token limit, slot limit (-1: no such limit), this replica's slot field, slot TTL ms,
+rate admissions to take at once (the rate credit; fewer near the limit). Every limit is checked before anything is
+written (Store.admit)."""
 
 
 def _admit_args(prefixed: Callable[[str], str], admission: Admission) -> tuple[list[str], list[Any]]:
@@ -165,24 +168,51 @@ def _admit_args(prefixed: Callable[[str], str], admission: Admission) -> tuple[l
     keys = [k or first for k in keys]
     args = [a.rate_limit if a.rate_key else -1, _ms(a.window_s), uuid.uuid4().hex,
             a.tokens_limit if a.tokens_key else -1, a.slots_limit if a.slots_key else -1, a.slots_field,
-            _ms(a.slots_ttl_s)]
+            _ms(a.slots_ttl_s), max(1, a.rate_credit)]
     return keys, args
 
 
 def _admit_result(reply: Sequence[Any]) -> AdmitResult:
-    allowed, refused, retry_ms, used = reply
+    allowed, refused, retry_ms, used, granted = reply
     refused = refused.decode() if isinstance(refused, bytes) else str(refused)
-    return AdmitResult(bool(allowed), refused, max(0.0, int(retry_ms) / 1000.0), int(used))  # type: ignore[arg-type]
+    return AdmitResult(bool(allowed), refused, max(0.0, int(retry_ms) / 1000.0), int(used),  # type: ignore[arg-type]
+                       int(granted))
 
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+class _RedisSubscription:
+    """One channel on a connection of its own (a subscribed connection takes no other command)."""
+
+    def __init__(self, pubsub: Any) -> None:
+        self._pubsub = pubsub
+
+    async def next(self, timeout_s: float) -> bytes | None:
+        try:
+            # the wait is the call's own timeout, not the store's short socket deadline
+            message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=max(timeout_s, 0.0))
+        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+            raise StoreUnavailableError(f"subscription broken: {exc.__class__.__name__}: {exc}") from exc
+        if message is None or message.get("type") != "message":
+            return None
+        data = message["data"]
+        return data if isinstance(data, bytes) else str(data).encode()
+
+    async def close(self) -> None:
+        try:
+            await self._pubsub.aclose()
+        except (RedisError, OSError, RuntimeError):
+            pass
+
+
 class RedisStore:
     """Store on a Redis server; `timeout_s` bounds every operation."""
 
-    def __init__(self, url: str, timeout_s: float = 0.25, key_prefix: str = "macaron:") -> None:
+    def __init__(self, url: str, timeout_s: float = 0.25, key_prefix: str = "macaron:",
+                 client_name: str | None = None) -> None:
+        """`client_name`: the name its connections show in Redis' CLIENT LIST (operators, tests)."""
         self._prefix = key_prefix
         self._timeout_s = timeout_s
         self._redis = aioredis.Redis.from_url(
@@ -191,6 +221,7 @@ class RedisStore:
             socket_connect_timeout=timeout_s,
             retry_on_timeout=False,
             health_check_interval=0,
+            client_name=client_name,
         )
         self._rate_limit_script = self._redis.register_script(_RATE_LIMIT_LUA)
         self._admit_script = self._redis.register_script(_ADMIT_LUA)
@@ -340,6 +371,18 @@ class RedisStore:
 
         results = await self._call(run())
         return [{k.decode(): v for k, v in r.items()} for r in results[:-1]], _admit_result(results[-1])
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        return int(await self._call(self._redis.publish(self._k(channel), message)))
+
+    async def subscribe(self, channel: str) -> Subscription:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await self._call(pubsub.subscribe(self._k(channel)))
+        except StoreUnavailableError:
+            await pubsub.aclose()
+            raise
+        return _RedisSubscription(pubsub)
 
     async def ping(self) -> bool:
         try:
