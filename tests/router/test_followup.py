@@ -30,6 +30,19 @@ def test_shipped_artifact_reads_follow_ups_as_leaning_on_the_conversation(fast_c
     np.testing.assert_allclose(batch, leaning + standalone, atol=1e-6)
 
 
+def test_short_pointing_back_turns_lean_more_than_self_contained_requests_of_another_domain(fast_classifier) -> None:
+    """The trained model, through the serving path: follow-ups after a code answer against short, self-contained
+    requests of other domains. TF-IDF alone read "Is it going to rain tomorrow?" as leaning on the conversation
+    (0.65) more than "that doesn't work" (0.52) or "why?" (0.62); their form (short, pointing back) tells them apart."""
+    model, featurizer = fast_classifier.artifact.followup, fast_classifier.artifact.fast.featurizer
+    pointing_back = ["why?", "that doesn't work", "what does this mean?", "could you double-check that?", "fix it"]
+    other_domain = ["Is it going to rain tomorrow?", "What is the capital of Australia?", "Set an alarm for 7 am.",
+                    "Translate 'good morning' into Spanish.", "Create a responsive navbar with a dropdown menu."]
+    leaning = {t: model.probability(featurizer, t) for t in pointing_back}
+    standalone = {t: model.probability(featurizer, t) for t in other_domain}
+    assert min(leaning.values()) > max(standalone.values()), (leaning, standalone)
+
+
 def test_fit_counts_each_text_once_and_needs_both_kinds(fast_classifier) -> None:
     vectorizer = fast_classifier.artifact.fast.vectorizer
     texts = FOLLOW_UPS * 20 + REQUESTS
