@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from macaron.router.classifier import followup
+from macaron.router.classifier import SpecialistClassifier, followup
+from macaron.router.classifier.features import analyze
 from macaron.router.classifier.model import Artifact, ArtifactError
 from macaron.router.classifier.turns import FEATURES, TurnInputs
 
@@ -27,6 +28,19 @@ def test_shipped_artifact_reads_follow_ups_as_leaning_on_the_conversation(fast_c
     # The batch path (training) and the one-text path (serving) agree.
     batch = model.probabilities(fast_classifier.artifact.fast.vectorizer, FOLLOW_UPS + REQUESTS)
     np.testing.assert_allclose(batch, leaning + standalone, atol=1e-6)
+
+
+def test_short_pointing_back_turns_lean_more_than_self_contained_requests_of_another_domain(fast_classifier) -> None:
+    """The trained model, through the serving path: follow-ups after a code answer against short, self-contained
+    requests of other domains. TF-IDF alone read "Is it going to rain tomorrow?" as leaning on the conversation
+    (0.65) more than "that doesn't work" (0.52) or "why?" (0.62); their form (short, pointing back) tells them apart."""
+    model, featurizer = fast_classifier.artifact.followup, fast_classifier.artifact.fast.featurizer
+    pointing_back = ["why?", "that doesn't work", "what does this mean?", "could you double-check that?", "fix it"]
+    other_domain = ["Is it going to rain tomorrow?", "What is the capital of Australia?", "Set an alarm for 7 am.",
+                    "Translate 'good morning' into Spanish.", "Create a responsive navbar with a dropdown menu."]
+    leaning = {t: model.probability(featurizer, t) for t in pointing_back}
+    standalone = {t: model.probability(featurizer, t) for t in other_domain}
+    assert min(leaning.values()) > max(standalone.values()), (leaning, standalone)
 
 
 def test_fit_counts_each_text_once_and_needs_both_kinds(fast_classifier) -> None:
@@ -68,5 +82,53 @@ def test_artifact_with_an_unknown_conversation_feature_is_a_clear_error(fast_cla
     theta = payload["turn"]["theta"]
     payload["turn"] = {**payload["turn"], "features": list(FEATURES) + ["from_the_future"],
                        "theta": np.concatenate([theta, np.zeros((theta.shape[0], 1))], axis=1)}
+    with pytest.raises(ArtifactError, match="from_the_future"):
+        Artifact.from_payload(payload)
+
+
+def test_form_cues_read_length_shortness_pointing_back_and_a_question() -> None:
+    short = followup.form_cues("why is that?")
+    long = followup.form_cues("Set an alarm for 6:30 tomorrow morning and remind me to call the dentist.")
+    assert dict(zip(followup.CUES, short.tolist())) == pytest.approx(
+        {"log_words": np.log(4.0), "short": 1 - 3 / 8, "points_back": 0.5 * (1 - 3 / 25), "question": 1.0})
+    assert long[0] > short[0] and long[1] == 0.0 and long[2] == 0.0 and long[3] == 0.0
+
+
+def test_fit_learns_the_form_of_a_follow_up_beyond_its_words(fast_classifier) -> None:
+    """Follow-ups and requests with no shared words: only the form cues can tell unseen ones apart."""
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    model = followup.fit(vectorizer, FOLLOW_UPS + REQUESTS, np.array([1] * 4 + [0] * 4))
+    assert model.cue_weights[followup.CUES.index("short")] > 0
+    assert model.cue_weights[followup.CUES.index("log_words")] < 0
+    without = followup.fit(vectorizer, FOLLOW_UPS + REQUESTS, np.array([1] * 4 + [0] * 4), cue_scale=0.0)
+    assert without.cue_weights.tolist() == [0.0] * len(followup.CUES)
+
+
+def test_artifact_written_before_the_form_cues_decides_as_before(fast_classifier) -> None:
+    """An artifact's follow-up model without `cue_weights` loads with the cues weighing 0: its probability is the
+    TF-IDF-only one, and a conversation gets the same decision as with every cue weight zeroed."""
+    payload = fast_classifier.artifact.to_payload()
+    payload["followup"] = {"weights": payload["followup"]["weights"], "bias": payload["followup"]["bias"]}
+    old = Artifact.from_payload(payload)
+    assert old.followup is not None and old.followup.cue_weights.tolist() == [0.0] * len(followup.CUES)
+    vectorizer = old.fast.vectorizer
+    for text in FOLLOW_UPS + REQUESTS:
+        x = vectorizer.transform_many([analyze(text)])
+        by_hand = 1 / (1 + np.exp(-(float(np.asarray(x @ old.followup.weights).ravel()[0]) + old.followup.bias)))
+        assert old.followup.probability(old.fast.featurizer, text) == pytest.approx(by_hand, abs=1e-9)
+    zeroed = Artifact.from_payload(fast_classifier.artifact.to_payload())
+    zeroed.followup.cue_weights = np.zeros(len(followup.CUES))
+    settings = fast_classifier.settings
+    messages = [{"role": "user", "content": "Write a SQL query that lists the ten largest orders."},
+                {"role": "assistant", "content": "SELECT * FROM orders ORDER BY total DESC LIMIT 10;"},
+                {"role": "user", "content": "why that one?"}]
+    a = SpecialistClassifier(old, settings).classify(messages=messages, session="code")
+    b = SpecialistClassifier(zeroed, settings).classify(messages=messages, session="code")
+    assert a.probabilities == pytest.approx(b.probabilities, abs=1e-12)
+
+
+def test_artifact_with_an_unknown_form_cue_is_a_clear_error(fast_classifier) -> None:
+    payload = fast_classifier.artifact.to_payload()
+    payload["followup"] = {**payload["followup"], "cues": ["from_the_future"], "cue_weights": np.ones(1)}
     with pytest.raises(ArtifactError, match="from_the_future"):
         Artifact.from_payload(payload)

@@ -108,7 +108,7 @@ class SpecialistClassifier:
         fast = self.artifact.fast
         idx, val = fast.featurizer.transform(conversation.last_text)
         last = (fast.raw_logits(idx, val) + fast.static_logits(conversation.last_text) + fast.bias) / fast.temperature
-        followup = 0.0 if self.artifact.followup is None else self.artifact.followup.probability_of(idx, val)
+        followup = 0.0 if self.artifact.followup is None else self.artifact.followup.probability_of(idx, val, conversation.last_text)
         if not conversation.history:
             return softmax(last), None, followup
         mixed = sum(seg.weight * fast.raw_text_logits(seg.text) for seg in conversation.history)

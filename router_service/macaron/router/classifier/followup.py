@@ -10,44 +10,76 @@ one input of the conversation decision (turns.py), which learns how far to trust
 
 The conversation decision is trained on out-of-fold probabilities (one fit without each source
 repository of the new turn), so it learns how the model does on registers it never saw.
+
+Beside the TF-IDF features it reads a few dense *form cues* (`form_cues`): the last turn's log length in
+words, its shortness, how much it points back ("it", "that", "again", ...: turns.REFERRING_WORDS) and a
+final question mark. TF-IDF knows words, not form: "could you double-check that?" is a follow-up by its
+shape, whatever its words. The cues are multiplied by `cue_scale` while fitting, so the L2 penalty of
+the regression does not drown them (their weights are stored unscaled, as `cue_weights`); an artifact
+written before them loads with zero cue weights and decides as it did.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from macaron.router.classifier.features import analyze
+from macaron.router.classifier.turns import refers_back, shortness
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
 
 # Kinds of multi-turn lines that teach the model: a `stay` turn is a follow-up, a `continue` or
 # `switch` turn a full request; tool loops say nothing about the user's wording.
 FOLLOWUP_KINDS = ("stay",)
 REQUEST_KINDS = ("continue", "switch")
+# The dense form cues, in the order of `form_cues` and of `FollowupModel.cue_weights`.
+CUES = ("log_words", "short", "points_back", "question")
+DEFAULT_CUE_SCALE = 3.0
+
+
+def form_cues(text: str) -> np.ndarray:
+    """The form of a turn, whatever its words: log(1 + words), shortness (1 for an empty turn, 0 from
+    turns.SHORT_TURN_WORDS words), pointing back (turns.refers_back) and a final question mark."""
+    words = len(text.split())
+    return np.array([math.log1p(words), shortness(words), refers_back(text), float(text.rstrip().endswith("?"))])
+
+
+def form_cue_matrix(texts: Sequence[str]) -> np.ndarray:
+    return np.stack([form_cues(t) for t in texts]) if texts else np.zeros((0, len(CUES)))
 
 
 @dataclass
 class FollowupModel:
-    """p(follow-up | last turn) = sigmoid(x · weights + bias) over the fast model's features."""
+    """p(follow-up | last turn) = sigmoid(x · weights + cues · cue_weights + bias), x the fast model's
+    features, cues the turn's `form_cues`."""
 
     weights: np.ndarray  # (n_features,)
     bias: float
+    # (len(CUES),), on the unscaled cues; zeros for an artifact written before the cues
+    cue_weights: np.ndarray = field(default_factory=lambda: np.zeros(len(CUES)))
 
     def probability(self, featurizer: InferenceFeaturizer, text: str) -> float:
-        return self.probability_of(*featurizer.transform(text))
+        return self.probability_of(*featurizer.transform(text), text)
 
-    def probability_of(self, idx: np.ndarray, val: np.ndarray) -> float:
-        """From a text's fast-path features (column indices, values), shared with the fast model."""
+    def probability_of(self, idx: np.ndarray, val: np.ndarray, text: str) -> float:
+        """From a text's fast-path features (column indices, values), shared with the fast model, and the text
+        itself (its form cues)."""
         score = self.bias + (float(val @ self.weights[idx]) if idx.size else 0.0)
+        score += float(form_cues(text) @ self.cue_weights)
         return float(1.0 / (1.0 + np.exp(-score)))
+
+    def cue_weights_by_name(self) -> dict[str, float]:
+        return {name: round(float(w), 4) for name, w in zip(CUES, self.cue_weights)}
 
     def probabilities(self, vectorizer: TfidfVectorizer, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0)
         x = vectorizer.transform_many([analyze(t) for t in texts])
-        return 1.0 / (1.0 + np.exp(-(np.asarray(x @ self.weights).ravel() + self.bias)))
+        scores = np.asarray(x @ self.weights).ravel() + form_cue_matrix(texts) @ self.cue_weights + self.bias
+        return 1.0 / (1.0 + np.exp(-scores))
 
 
 def training_rows(kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -56,9 +88,11 @@ def training_rows(kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return rows, np.array([int(kinds[i] in FOLLOWUP_KINDS) for i in rows], dtype=int)
 
 
-def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c: float = 1.0) -> FollowupModel:
+def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c: float = 1.0,
+        cue_scale: float = DEFAULT_CUE_SCALE) -> FollowupModel:
     """Each distinct (text, label) counts once (the written follow-ups repeat over many lines), and the two
-    classes weigh the same."""
+    classes weigh the same. `cue_scale` multiplies the form cues while fitting (0: TF-IDF alone)."""
+    from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
     distinct = sorted({(t, int(y)) for t, y in zip(texts, labels)})
@@ -66,19 +100,26 @@ def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c
         return FollowupModel(weights=np.zeros(vectorizer.n_features), bias=0.0)
     y = np.array([label for _, label in distinct])
     w = np.where(y == 1, 0.5 / y.sum(), 0.5 / (1 - y).sum()) * len(y)
+    distinct_texts = [t for t, _ in distinct]
+    x = vectorizer.transform_many([analyze(t) for t in distinct_texts])
+    if cue_scale > 0:
+        x = sparse.hstack([x, sparse.csr_matrix(cue_scale * form_cue_matrix(distinct_texts))], format="csr")
     clf = LogisticRegression(C=c, solver="liblinear", max_iter=500, random_state=0)
-    clf.fit(vectorizer.transform_many([analyze(t) for t, _ in distinct]), y, sample_weight=w)
-    return FollowupModel(weights=clf.coef_.ravel().astype(np.float64), bias=float(clf.intercept_[0]))
+    clf.fit(x, y, sample_weight=w)
+    coef = clf.coef_.ravel().astype(np.float64)
+    n = vectorizer.n_features
+    cue_weights = coef[n:] * cue_scale if cue_scale > 0 else np.zeros(len(CUES))
+    return FollowupModel(weights=coef[:n], bias=float(clf.intercept_[0]), cue_weights=cue_weights)
 
 
 def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequence[str], groups: np.ndarray,
-                c: float = 1.0) -> np.ndarray:
+                c: float = 1.0, cue_scale: float = DEFAULT_CUE_SCALE) -> np.ndarray:
     """Every line's probability from a model fitted without its group (source repository of the new turn)."""
     rows, labels = training_rows(kinds)
     out = np.zeros(len(texts))
     for name in sorted(set(groups)):
         held = np.where(groups == name)[0]
         keep = groups[rows] != name
-        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c)
+        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale)
         out[held] = model.probabilities(vectorizer, [texts[i] for i in held])
     return out

@@ -20,7 +20,7 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
-from macaron.router.classifier.followup import FollowupModel
+from macaron.router.classifier.followup import CUES as FOLLOWUP_CUES, FollowupModel
 from macaron.router.classifier.static_embedding import StaticEmbedding
 from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
@@ -134,7 +134,8 @@ class Artifact:
             "turn": None if self.turn is None else {
                 "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64)},
             "followup": None if self.followup is None else {
-                "weights": self.followup.weights.astype(np.float32), "bias": float(self.followup.bias)},
+                "weights": self.followup.weights.astype(np.float32), "bias": float(self.followup.bias),
+                "cues": list(FOLLOWUP_CUES), "cue_weights": self.followup.cue_weights.astype(np.float64)},
         }
         if self.embedding is not None:
             payload["embedding"] = {
@@ -195,7 +196,8 @@ class Artifact:
         followup = None
         if followup_payload:
             followup = FollowupModel(weights=np.asarray(followup_payload["weights"], dtype=np.float64),
-                                     bias=float(followup_payload["bias"]))
+                                     bias=float(followup_payload["bias"]),
+                                     cue_weights=_cue_weights(followup_payload))
         return cls(
             turn=turn,
             followup=followup,
@@ -265,6 +267,21 @@ def _turn_theta(turn_payload: dict[str, Any]) -> np.ndarray:
     for j, name in enumerate(names):
         theta[:, TURN_FEATURES.index(name)] = stored[:, j]
     return theta
+
+
+def _cue_weights(followup_payload: dict[str, Any]) -> np.ndarray:
+    """The follow-up model's form-cue weights over this code's cues: an artifact written before the cues
+    (or before one of them) weighs them 0 and decides as it did; a cue this code does not know is an error."""
+    weights = np.zeros(len(FOLLOWUP_CUES))
+    names = list(followup_payload.get("cues", []))
+    unknown = sorted(set(names) - set(FOLLOWUP_CUES))
+    if unknown:
+        raise ArtifactError(f"classifier artifact's follow-up model has form cues this code does not know "
+                            f"({', '.join(unknown)}); rebuild it with `macaron router train`")
+    stored = np.asarray(followup_payload.get("cue_weights", []), dtype=np.float64)
+    for j, name in enumerate(names):
+        weights[FOLLOWUP_CUES.index(name)] = stored[j]
+    return weights
 
 
 def adapter_path_for(artifact_path: str | Path) -> Path:

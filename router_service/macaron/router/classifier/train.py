@@ -95,6 +95,10 @@ class TrainConfig:
     # but the classifier only +0.1 point, and English MiniLM pieces pull non-English text to `code`; `--static-dims 64`.
     static_dims: int = 0
     static_scale: float = 1.0
+    # The follow-up model's dense form cues (followup.form_cues: length, shortness, pointing back, a final "?")
+    # are multiplied by this while fitting, so the L2-regularised regression uses them beside the TF-IDF
+    # columns (whose values are small after the per-block L2 norm); 0 leaves them out.
+    followup_cue_scale: float = 3.0
 
 
 def example_conversation(example: Example, max_chars: int) -> Conversation:
@@ -418,6 +422,7 @@ def train(
             curve=curve,
         )
         report["turn_weights"] = artifact.turn.weights()
+        report["followup_cue_weights"] = artifact.followup.cue_weights_by_name()
         if curve is not None and oof is not None and p_embed is not None:
             say(f"  escalation threshold on both hold-outs: {chosen} (single-turn alone: {threshold})")
             report["holdout"]["single_turn_threshold"] = threshold
@@ -447,9 +452,10 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     last_texts = [example_conversation(e, config.max_chars).last_text for e in multiturn]
     kinds = [str(e.extra.get("kind", "")) for e in multiturn]
     groups = np.array([e.repository for e in multiturn])
-    followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups)
+    scale = config.followup_cue_scale
+    followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale)
     rows, labels = followup.training_rows(kinds)
-    followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels)
+    followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels, cue_scale=scale)
     cache: dict[tuple[str, ...], Any] = {}  # the turns' logits do not depend on the threshold
 
     def data_at(t: float) -> Any:
