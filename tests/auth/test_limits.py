@@ -4,8 +4,9 @@ every replica through Redis, and checked by the router before any routing work."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from typing import Any
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 import pytest
@@ -106,10 +107,11 @@ class CountingClassifier:
         probs = {"chat": 0.3, "agent": 0.25, "code": 0.25, "ui": 0.2}
         return {"specialist": "chat", "probabilities": probs, "confidence": 0.3}
 
-
-async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> None:
-    """An over-limit request is refused before the judge's engine call and the classifier's escalation (the
-    router checks the limit beside its fast classifier, not before it)."""
+@contextlib.asynccontextmanager
+async def _router_with_limits(cache_dir: Any, key: str, auth: AuthSettings, store: Any,
+                              classifier: Any) -> AsyncIterator[tuple[Any, Callable[[], Awaitable[Any]]]]:
+    """A real router on loopback with these limits (no specialist answers behind it) and a call that sends one
+    request with `key` and returns its AioRpcError, or None when it was not refused."""
     from transformers import AutoTokenizer
 
     from macaron.assets import ensure_tiny_model
@@ -119,12 +121,8 @@ async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> Non
     from macaron.v1 import common_pb2 as pb
     from macaron.v1 import router_pb2_grpc
 
-    tiny = ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
-    key = "mk-router-limit"
-    auth = _settings(key, requests_per_minute=1, max_concurrent_requests=5)
-    classifier = CountingClassifier()
+    tiny = ensure_tiny_model(cache_dir=cache_dir, progress=False)
     settings = MacaronSettings(auth=auth.model_dump(), router={"metrics": False, "judge_timeout_s": 0.5})
-    store = MemoryStore()
     router = RouterServer(settings, store=store, classifier=classifier,
                           tokenizer=AutoTokenizer.from_pretrained(str(tiny.model_dir)),
                           discovery=StaticSource(["http://127.0.0.1:9"]), host="127.0.0.1", port=0, serve_metrics=False)
@@ -135,29 +133,42 @@ async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> Non
             request = pb.GenerateRequest(messages=[pb.ChatMessage(role=pb.ROLE_USER, content="hello")])
             metadata = (("authorization", f"Bearer {key}"),)
 
-            async def generate() -> grpc.StatusCode:
+            async def generate() -> grpc.aio.AioRpcError | None:
                 try:
                     async for _ in stub.Generate(request, timeout=10, metadata=metadata):
                         pass
                 except grpc.aio.AioRpcError as exc:
-                    return exc.code()
-                return grpc.StatusCode.OK
+                    return exc
+                return None
 
-            assert await generate() != grpc.StatusCode.RESOURCE_EXHAUSTED  # routed (no specialist answers here)
-            routed = classifier.calls
-            assert routed >= 1
-            assert await generate() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            # refused before the judge (an engine call) and before any escalation: the limit check runs
-            # beside the decision, so the fast classifier may have run once, nothing more
-            assert classifier.calls <= routed + 1
-            # the routed request's slot comes back when it ends; the refused one never took one
-            inflight = f"inflight:{auth.api_keys[0].name}"
-            deadline = asyncio.get_running_loop().time() + 10
-            while sum(int(v) for v in (await store.hgetall_many([inflight]))[0].values()) != 0:
-                assert asyncio.get_running_loop().time() < deadline, "a slot was left taken"
-                await asyncio.sleep(0.05)
+            yield router, generate
     finally:
         await router.aclose()
+
+
+async def test_the_router_checks_limits_before_routing(macaron_cache_dir) -> None:
+    """An over-limit request is refused before the judge's engine call and the classifier's escalation (the
+    router checks the limit beside its fast classifier, not before it)."""
+    key = "mk-router-limit"
+    auth = _settings(key, requests_per_minute=1, max_concurrent_requests=5)
+    classifier = CountingClassifier()
+    store = MemoryStore()
+    async with _router_with_limits(macaron_cache_dir, key, auth, store, classifier) as (_, generate):
+        first = await generate()
+        assert first is None or first.code() != grpc.StatusCode.RESOURCE_EXHAUSTED  # routed (no specialist here)
+        routed = classifier.calls
+        assert routed >= 1
+        refused = await generate()
+        assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # refused before the judge (an engine call) and before any escalation: the limit check runs
+        # beside the decision, so the fast classifier may have run once, nothing more
+        assert classifier.calls <= routed + 1
+        # the routed request's slot comes back when it ends; the refused one never took one
+        inflight = f"inflight:{auth.api_keys[0].name}"
+        deadline = asyncio.get_running_loop().time() + 10
+        while sum(int(v) for v in (await store.hgetall_many([inflight]))[0].values()) != 0:
+            assert asyncio.get_running_loop().time() < deadline, "a slot was left taken"
+            await asyncio.sleep(0.05)
 
 
 async def _admit(guard: Guard, principal: Any) -> bool:
@@ -199,48 +210,18 @@ async def test_rate_credit_is_only_for_rate_only_keys(redis_store) -> None:
 async def test_the_router_admits_from_its_credit_and_refuses_as_before(macaron_cache_dir, redis_url) -> None:
     """Through a real router: a rate-only key of 3 requests a minute is admitted by the store once (3 granted),
     twice from the router's credit, then refused with RESOURCE_EXHAUSTED and retry information, as without credit."""
-    from transformers import AutoTokenizer
-
-    from macaron.assets import ensure_tiny_model
-    from macaron.config import MacaronSettings
-    from macaron.discovery import StaticSource
-    from macaron.router.server import RouterServer
-    from macaron.v1 import common_pb2 as pb
-    from macaron.v1 import router_pb2_grpc
-
-    tiny = ensure_tiny_model(cache_dir=macaron_cache_dir, progress=False)
     key = "mk-router-credit"
     auth = _settings(key, requests_per_minute=3)
-    settings = MacaronSettings(auth=auth.model_dump(), router={"metrics": False, "judge_timeout_s": 0.5})
     store = RedisStore(redis_url, timeout_s=2.0, key_prefix=f"test-credit-{uuid.uuid4().hex[:8]}:")
-    router = RouterServer(settings, store=store, classifier=CountingClassifier(),
-                          tokenizer=AutoTokenizer.from_pretrained(str(tiny.model_dir)),
-                          discovery=StaticSource(["http://127.0.0.1:9"]), host="127.0.0.1", port=0, serve_metrics=False)
-    await router.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.port}") as channel:
-            stub = router_pb2_grpc.RouterStub(channel)
-            request = pb.GenerateRequest(messages=[pb.ChatMessage(role=pb.ROLE_USER, content="hello")])
-            metadata = (("authorization", f"Bearer {key}"),)
-
-            async def generate() -> grpc.aio.AioRpcError | None:
-                try:
-                    async for _ in stub.Generate(request, timeout=10, metadata=metadata):
-                        pass
-                except grpc.aio.AioRpcError as exc:
-                    return exc
-                return None
-
-            for _ in range(3):
-                outcome = await generate()
-                assert outcome is None or outcome.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
-            refused = await generate()
-            assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "rate limit of 3 requests per minute" in (refused.details() or "")
-            keys = {k for k, _ in refused.trailing_metadata() or ()}
-            assert "grpc-status-details-bin" in keys  # RetryInfo, as before
-            sample = router.metrics.registry.get_sample_value
-            assert sample("macaron_router_admissions_total", {"source": "credit"}) == 2
-            assert sample("macaron_router_admissions_total", {"source": "store"}) == 2
-    finally:
-        await router.aclose()
+    async with _router_with_limits(macaron_cache_dir, key, auth, store, CountingClassifier()) as (router, generate):
+        for _ in range(3):
+            outcome = await generate()
+            assert outcome is None or outcome.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+        refused = await generate()
+        assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "rate limit of 3 requests per minute" in (refused.details() or "")
+        keys = {k for k, _ in refused.trailing_metadata() or ()}
+        assert "grpc-status-details-bin" in keys  # RetryInfo, as before
+        sample = router.metrics.registry.get_sample_value
+        assert sample("macaron_router_admissions_total", {"source": "credit"}) == 2
+        assert sample("macaron_router_admissions_total", {"source": "store"}) == 2

@@ -43,35 +43,6 @@ return {1, limit - used - cost, 0}
 """
 
 
-_CHAIN_DEPTHS_LUA = """
-local marks = redis.call('HGETALL', KEYS[1])
-local live, depth, out, n = {}, {}, {}, 0
-for i = 1, #marks, 2 do
-  live[marks[i]] = marks[i + 1]
-  depth[marks[i]] = 0
-  n = n + 1
-end
-for k = 2, #KEYS do
-  if n == 0 then break end
-  for field, mark in pairs(live) do
-    if redis.call('HGET', KEYS[k], field) == mark then
-      depth[field] = depth[field] + 1
-    else
-      live[field] = nil
-      n = n - 1
-    end
-  end
-end
-for i = 1, #marks, 2 do
-  out[#out + 1] = marks[i]
-  out[#out + 1] = depth[marks[i]]
-end
-return out
-"""
-"""KEYS[1]: a hash of name -> mark; KEYS[2..]: a chain of hashes. Per name, how many of the chain, from the first,
-hold the name with its mark (the KV-cache index's per-replica prefix depth; see Store.hgetall_many_and_depths)."""
-
-
 _DEPTHS_AND_CLAIMS_LUA = """
 local n_chain = tonumber(ARGV[1])
 local marks = redis.call('HGETALL', KEYS[1])
@@ -110,9 +81,10 @@ if #KEYS >= first then
 end
 return {out, owner, claimed}
 """
-"""KEYS[1]: the marks hash; KEYS[2 .. 1 + ARGV[1]]: the chain (as _CHAIN_DEPTHS_LUA); the rest: claim keys. Returns
-the chain depths, the first claim's owner ('' when unclaimed) and how many claims in a row it owns (see
-Store.hgetall_many_depths_and_claims)."""
+"""KEYS[1]: the marks hash; KEYS[2 .. 1 + ARGV[1]]: a chain of hashes; the rest: claim keys. Returns, per name
+of the marks hash, how many of the chain, from the first, hold the name with its mark (the KV-cache index's
+per-replica prefix depth), the first claim's owner ('' when unclaimed) and how many claims in a row it owns
+(see Store.hgetall_many_depths_and_claims)."""
 
 
 _ADMIT_LUA = """
@@ -275,18 +247,8 @@ class RedisStore:
 
     async def hgetall_many_and_depths(self, keys: Sequence[str], marks_key: str, chain: Sequence[str]
                                       ) -> tuple[list[dict[str, bytes]], dict[str, int]]:
-        async def run() -> list[Any]:
-            pipe = self._redis.pipeline(transaction=False)
-            for key in keys:
-                pipe.hgetall(self._k(key))
-            # EVAL, not EVALSHA: a pipeline cannot retry on NOSCRIPT; the server keeps the compiled script by hash
-            pipe.eval(_CHAIN_DEPTHS_LUA, 1 + len(chain), self._k(marks_key), *(self._k(k) for k in chain))
-            return await pipe.execute()
-
-        results = await self._call(run())
-        rows = [{k.decode(): v for k, v in r.items()} for r in results[:-1]]
-        flat = results[-1]
-        return rows, {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        rows, depths, _ = await self.hgetall_many_depths_and_claims(keys, marks_key, chain, ())
+        return rows, depths
 
     async def hgetall_many_depths_and_claims(self, keys: Sequence[str], marks_key: str, chain: Sequence[str],
                                              claims: Sequence[str]
