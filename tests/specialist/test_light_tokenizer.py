@@ -114,3 +114,48 @@ def test_specialist_loads_its_tokenizer_without_torch(model_dir: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["LightTokenizer", "False", "False"], out.stderr[-2000:]
+
+
+def test_a_conversation_reuses_its_pieces_and_gets_the_same_ids(pair) -> None:
+    """The segment cache (pieces between special tokens remembered) gives exactly the backend's and transformers'
+    ids, turn after turn, with special-token text inside a message, and reuses the earlier turns' pieces."""
+    from macaron.prompting.segment_cache import SegmentCache
+
+    light, hf = pair
+    special = next(iter(light.backend.get_added_tokens_decoder().values())).content
+    light = LightTokenizer(light.backend, light.templates, light.special_tokens, light.model_max_length)  # fresh cache
+    system = Message("system", "You are the ACME assistant. Answer in two sentences, cite the docs. " * 12)
+    turns: list[Message] = [system]
+    for i, user in enumerate(["how do I list files by size?", f"and {special} only the top 5?", "  Naïve 東京 🚀\n\n\t",
+                              "thanks"]):
+        turns.append(Message("user", user))
+        text = render(ChatRequest(messages=tuple(turns)), P(), light)
+        ids = light.encode(text, add_special_tokens=False)
+        assert ids == light.backend.encode(text, add_special_tokens=False).ids
+        assert ids == hf(text, add_special_tokens=False)["input_ids"]
+        turns.append(Message("assistant", f"Answer {i}: use `ls -lS | head`. " * 4))
+    cache = light._segments
+    assert isinstance(cache, SegmentCache) and cache.hits >= 6  # the system prompt and earlier turns, each turn
+    for text in ["", special, special * 3, f"x{special}", f"{special}y\n", "plain text, no specials"]:
+        assert light.encode(text, add_special_tokens=False) == light.backend.encode(text, add_special_tokens=False).ids
+
+
+def test_no_segment_cache_where_splitting_could_change_the_ids() -> None:
+    """A normalizer, or an added token matched with lstrip/rstrip, can make pieces encode differently alone: no
+    cache there (encode falls back to the backend)."""
+    from tokenizers import AddedToken, Tokenizer, models, normalizers
+
+    from macaron.prompting.segment_cache import SegmentCache
+
+    def word_level(token: AddedToken, normalizer: object | None) -> Tokenizer:
+        backend = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+        backend.add_special_tokens([token])
+        if normalizer is not None:
+            backend.normalizer = normalizer
+        return backend
+
+    assert SegmentCache.for_backend(word_level(AddedToken("<s>", special=True, normalized=False), None)) is not None
+    assert SegmentCache.for_backend(word_level(AddedToken("<s>", special=True, normalized=False),
+                                               normalizers.Lowercase())) is None
+    assert SegmentCache.for_backend(word_level(AddedToken("<s>", special=True, normalized=False, lstrip=True),
+                                               None)) is None

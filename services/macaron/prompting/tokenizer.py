@@ -20,6 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from macaron.prompting.segment_cache import SegmentCache
+
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
@@ -97,7 +99,15 @@ class LightTokenizer:
     # ------------------------------------------------------------ tokens
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The text's ids; a rendered prompt (no special tokens added) reuses the ids of the pieces between its
+        special tokens that this process encoded recently (`segment_cache`: the same ids, a fraction of the time)."""
+        if not add_special_tokens and self._segments is not None:
+            return self._segments.encode(text)
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    @cached_property
+    def _segments(self) -> SegmentCache | None:
+        return SegmentCache.for_backend(self.backend)
 
     def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
         return {"input_ids": self.encode(text, add_special_tokens=add_special_tokens)}
