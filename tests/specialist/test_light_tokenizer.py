@@ -159,3 +159,23 @@ def test_no_segment_cache_where_splitting_could_change_the_ids() -> None:
                                                normalizers.Lowercase())) is None
     assert SegmentCache.for_backend(word_level(AddedToken("<s>", special=True, normalized=False, lstrip=True),
                                                None)) is None
+
+
+def test_the_segment_cache_stays_within_its_budget(pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old pieces are dropped once the remembered ids pass the budget; ids stay right after eviction."""
+    from macaron.prompting import segment_cache
+    from macaron.prompting.segment_cache import SegmentCache
+
+    monkeypatch.setattr(segment_cache, "MAX_TOKENS", 400)
+    light, _ = pair
+    cache = SegmentCache.for_backend(light.backend)
+    assert cache is not None
+    special = next(iter(cache.ids_of))
+    texts = [f"piece number {i}: " + "some words that make a longer piece " * 4 for i in range(40)]
+    for i, text in enumerate(texts + texts[:3]):
+        prompt = f"{special}{text}{special}"
+        assert cache.encode(prompt) == light.backend.encode(prompt, add_special_tokens=False).ids
+        assert cache._tokens <= 400 and cache._tokens == sum(len(v) for v in cache._pieces.values())
+        if i == len(texts) - 1:
+            assert texts[0] not in cache._pieces and texts[-1] in cache._pieces
+    assert texts[2] in cache._pieces  # encoded again after its eviction, remembered again

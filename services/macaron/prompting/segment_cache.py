@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from typing import Any
 
 MAX_PIECES = 4096
 """Pieces remembered (most recently used kept): enough for the system prompts and open conversations of one
-process; a piece's entry is its text and ids (a 2,000-character system prompt: about 10 KB)."""
+process."""
+MAX_TOKENS = 2_000_000
+"""Ids remembered in all (4 bytes each, plus the pieces' text): the cache stays under about 20 MB whatever the
+prompts' lengths."""
 MIN_CACHED_CHARS = 32
 """Shorter pieces ("\\n", "assistant\\n") are encoded with the rest and not remembered: they cost nothing."""
 
@@ -32,7 +36,8 @@ class SegmentCache:
         self.splitter = splitter
         self.ids_of = ids_of
         """Added token text → its id."""
-        self._pieces: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._pieces: OrderedDict[str, array[int]] = OrderedDict()
+        self._tokens = 0
         self._lock = threading.Lock()
         """The specialist may tokenize from worker threads."""
         self.hits = 0
@@ -65,7 +70,7 @@ class SegmentCache:
                 out.extend(self._piece(part))
         return out
 
-    def _piece(self, piece: str) -> tuple[int, ...] | list[int]:
+    def _piece(self, piece: str) -> array[int] | list[int]:
         with self._lock:
             ids = self._pieces.get(piece)
             if ids is not None:
@@ -76,9 +81,11 @@ class SegmentCache:
         # one encode call per new piece, not encode_batch: its thread pool would make a later fork warn and
         # turn parallelism off
         fresh = self.backend.encode(piece, add_special_tokens=False).ids
-        if len(piece) >= MIN_CACHED_CHARS:
+        if len(piece) >= MIN_CACHED_CHARS and len(fresh) <= MAX_TOKENS // 4:
             with self._lock:
-                self._pieces[piece] = tuple(fresh)
-                if len(self._pieces) > MAX_PIECES:
-                    self._pieces.popitem(last=False)
+                if piece not in self._pieces:
+                    self._pieces[piece] = array("i", fresh)
+                    self._tokens += len(fresh)
+                while len(self._pieces) > MAX_PIECES or self._tokens > MAX_TOKENS:
+                    self._tokens -= len(self._pieces.popitem(last=False)[1])
         return fresh
