@@ -1191,5 +1191,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM (a timeout, `kill`) unwinds like Ctrl-C, so the stack's engines and routers are stopped, not orphaned."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())
