@@ -138,7 +138,7 @@ class Routers:
             kwargs["cache_store"] = RedisStore(redis_url or self.redis_url, timeout_s=0.25, key_prefix=self.key_prefix)
         server = RouterServer(settings or self.settings, store=store,
                               classifier=classifier if classifier is not None else KeywordClassifier(),
-                              tokenizer=self.tokenizer, port=0, serve_metrics=False, **kwargs)
+                              tokenizer=kwargs.pop("tokenizer", self.tokenizer), port=0, serve_metrics=False, **kwargs)
         port = await server.start()
         self.servers.append(server)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from macaron.router.server import SERVICE_NAME
 from macaron.v1 import common_pb2 as pb
-from macaron.v1 import router_pb2
+from macaron.v1 import router_pb2, specialist_pb2_grpc
 from specialist.helpers import tools, user
 
 pytestmark = pytest.mark.slow
@@ -231,3 +231,49 @@ async def test_next_turn_reads_the_session_its_answer_wrote_even_when_the_store_
         assert reason(turn2) == "ROUTE_REASON_SESSION" and turn2[0].route.specialist == pb.SPECIALIST_KIND_CODE
     finally:
         sessions.put = put
+
+
+class _RecordingSpecialist(specialist_pb2_grpc.SpecialistServicer):
+    """Keeps what the router forwarded and answers one token."""
+
+    def __init__(self) -> None:
+        self.requests: list[pb.GenerateRequest] = []
+
+    async def Generate(self, request, context):  # noqa: N802
+        self.requests.append(request)
+        yield pb.GenerateChunk(request_id=request.request_id, route=request.route, text="ok")
+        yield pb.GenerateChunk(finish=pb.Finish(reason=pb.FINISH_REASON_STOP),
+                               usage=pb.Usage(prompt_tokens=len(request.routed_prompt.token_ids), completion_tokens=1))
+
+
+async def test_the_router_hands_its_rendered_prompt_on_and_never_a_callers(routers, settings) -> None:
+    """Placement renders and tokenizes the prompt as the code specialist will; the forwarded request carries those
+    ids with the profile's render key, so the specialist need not do it again. Ids a caller put in the request are
+    replaced, never passed on."""
+    from macaron.prompting import render, render_key
+    from macaron.prompting.convert import request_from_proto
+    from macaron.prompting.tokenizer import load_light_tokenizer
+    from macaron.specialist.profiles import load_profile
+
+    tokenizer = load_light_tokenizer(settings.specialists.tokenizer_path)  # as `macaron router` loads it
+    fake = _RecordingSpecialist()
+    server = grpc.aio.server()
+    specialist_pb2_grpc.add_SpecialistServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        pools = settings.router.pools.model_copy(update={"code": [f"127.0.0.1:{port}"]})
+        recording = settings.model_copy(update={"router": settings.router.model_copy(update={"pools": pools})})
+        _, stub = await routers.start(settings=recording, tokenizer=tokenizer)
+        sent = req("write a python function that adds two numbers")
+        sent.routed_prompt.token_ids.extend([1, 2, 3])
+        sent.routed_prompt.render_key = "a caller's guess"
+        chunks = await generate(stub, sent)
+        assert chunks[0].route.specialist == pb.SPECIALIST_KIND_CODE
+        profile = load_profile(settings.specialists, "code")
+        expected = tokenizer(render(request_from_proto(sent), profile, tokenizer), add_special_tokens=False)["input_ids"]
+        (forwarded,) = fake.requests
+        assert list(forwarded.routed_prompt.token_ids) == list(expected)
+        assert forwarded.routed_prompt.render_key == render_key(profile, tokenizer)
+    finally:
+        await server.stop(0)

@@ -179,3 +179,29 @@ def test_the_segment_cache_stays_within_its_budget(pair, monkeypatch: pytest.Mon
         if i == len(texts) - 1:
             assert texts[0] not in cache._pieces and texts[-1] in cache._pieces
     assert texts[2] in cache._pieces  # encoded again after its eviction, remembered again
+
+
+def test_render_key_names_the_tokenizer_and_the_profile(pair, model_dir: Path, tmp_path: Path) -> None:
+    """Two loads of the same files agree; another template, system prompt or tool-call prefix gives another key;
+    a tokenizer without an identity (loaded through transformers) gives none, so its ids are never handed on."""
+    from macaron.prompting import render_key
+
+    light, hf = pair
+    again = load_light_tokenizer(model_dir)
+    assert render_key(P(), light) == render_key(P(), again) is not None
+    assert render_key(P(system_prompt="Another profile."), light) != render_key(P(), light)
+    assert render_key(P(tool_call_prefix="<call>"), light) != render_key(P(), light)
+    assert render_key(P(), hf) is None
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for f in model_dir.iterdir():
+        if f.is_file() and f.name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (changed / f.name).write_bytes(f.read_bytes())
+    template = changed / "chat_template.jinja"
+    if template.is_file():
+        template.write_text(template.read_text() + "\n")
+    else:
+        config = json.loads((changed / "tokenizer_config.json").read_text())
+        config["chat_template"] += "\n"
+        (changed / "tokenizer_config.json").write_text(json.dumps(config))
+    assert render_key(P(), load_light_tokenizer(changed)) != render_key(P(), light)

@@ -264,3 +264,50 @@ def test_metrics_count_calls_tokens_and_first_chunks(stubs, stack) -> None:
     assert 'macaron_specialist_time_to_first_chunk_seconds_count{specialist="code"}' in body
     tokens = [l for l in body.splitlines() if l.startswith('macaron_specialist_completion_tokens_total{specialist="code"}')]
     assert tokens and float(tokens[0].split()[-1]) >= 16
+
+
+def _code_prompt_ids(stack, text: str) -> tuple[list[int], str]:
+    """The code profile's rendering of a one-turn request in this process, and its render key."""
+    from macaron.config import load_settings
+    from macaron.prompting import render, render_key
+    from macaron.prompting.convert import request_from_proto
+    from macaron.prompting.tokenizer import load_light_tokenizer
+    from macaron.specialist.profiles import load_profile
+
+    settings = load_settings(stack.config)
+    tokenizer = load_light_tokenizer(settings.specialists.tokenizer_path)
+    profile = load_profile(settings.specialists, "code")
+    chat = request_from_proto(request(text, sampling=GREEDY, response_format=TEXT))
+    ids = tokenizer(render(chat, profile, tokenizer), add_special_tokens=False)["input_ids"]
+    return list(ids), render_key(profile, tokenizer) or ""
+
+
+def _routed_counts(stack) -> dict[str, float]:
+    config = yaml.safe_load(stack.config.read_text())
+    body = httpx.get(f"http://127.0.0.1:{config['specialists']['code']['metrics_port']}/metrics", timeout=10).text
+    prefix = 'macaron_specialist_routed_prompts_total{'
+    return {line.split('outcome="')[1].split('"')[0]: float(line.split()[-1])
+            for line in body.splitlines() if line.startswith(prefix)}
+
+
+def test_a_routed_prompt_is_used_only_when_its_render_key_is_the_profiles(stubs, stack) -> None:
+    """The engine counts the prompt it was sent: the router's ids when the key matches (here those of a longer
+    prompt, so the count tells them apart), the specialist's own rendering when it does not or an id is out of
+    the vocabulary."""
+    text = "Write a loop."
+    own, key = _code_prompt_ids(stack, text)
+    other, _ = _code_prompt_ids(stack, "Write a loop that prints the numbers from one to ten, one per line.")
+    assert key and len(other) > len(own)
+    before = _routed_counts(stack)
+
+    def prompt_tokens(routed: pb.RoutedPrompt) -> int:
+        result = generate(stubs["code"], request(text, sampling=GREEDY, response_format=TEXT, routed_prompt=routed))
+        return result.chunks[-1].usage.prompt_tokens
+
+    assert prompt_tokens(pb.RoutedPrompt(token_ids=other, render_key=key)) == len(other)
+    assert prompt_tokens(pb.RoutedPrompt(token_ids=other, render_key="another-template")) == len(own)
+    assert prompt_tokens(pb.RoutedPrompt(token_ids=[*other, 10**7], render_key=key)) == len(own)
+    assert prompt_tokens(pb.RoutedPrompt()) == len(own)
+    after = _routed_counts(stack)
+    assert after.get("used", 0) - before.get("used", 0) == 1
+    assert after.get("rendered_again", 0) - before.get("rendered_again", 0) == 2

@@ -38,7 +38,7 @@ from macaron.lifecycle.assign import VersionChoice
 from macaron.lifecycle.runtime import VersionRuntime
 from macaron.lifecycle.versions import SpecialistState
 from macaron.ports import SPECIALISTS
-from macaron.prompting import ChatRequest, render
+from macaron.prompting import ChatRequest, render, render_key
 from macaron.router.classifier.errors import ClassificationInputError
 from macaron.router.decision import (
     Classified,
@@ -182,6 +182,10 @@ class Route:
     """Where that prediction came from: engine (KV-cache events), approximate, or none."""
     approx_age_ms: int = 0
     """Approximate index: age of the deepest block it matched on the chosen replica."""
+    prompt_ids: Sequence[int] = ()
+    """The prompt's token ids as placement rendered them for the chosen specialist (empty: not rendered here)."""
+    render_key: str = ""
+    """What they were rendered with (`macaron.prompting.render_key`); the specialist uses them if it matches."""
     times: StepTimes = field(default_factory=StepTimes)
     _release: Any = field(default=None, repr=False)
     _commit: Any = field(default=None, repr=False)
@@ -266,6 +270,10 @@ class RoutingCore:
         self.profiles = profiles
         self.adapters = adapters
         self.tokenizer = tokenizer
+        self.render_keys: dict[str, str] = {
+            name: key for name, profile in profiles.items()
+            if tokenizer is not None and (key := render_key(profile, tokenizer)) is not None}
+        """Per specialist, what its prompts are rendered with here: the ids placement made go with this key."""
         self.discovery = discovery
         self.classifier = classifier
         self.judge = judge
@@ -549,6 +557,7 @@ class RoutingCore:
         s = self.settings
         hashes: tuple[str, ...] = ()
         kv_keys: tuple[str, ...] = ()
+        tokens: list[int] = []
         n_tokens = n_chars = 0
         adapter = self.engine_adapter(specialist, version)
         text = self.prompt_text(req.chat, specialist) if self.policy == "prefix_affinity" else None
@@ -566,7 +575,7 @@ class RoutingCore:
         tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
         return PlacementRequest(specialist, hashes, None, tie_key, kv_keys=kv_keys,
                                 prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,
-                                block_chars=s.prefix_block_chars, adapter=adapter)
+                                block_chars=s.prefix_block_chars, adapter=adapter, prompt_ids=tokens)
 
     async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
                     replicas: Sequence[str], version: str | None = None, *,
@@ -703,6 +712,8 @@ class RoutingCore:
                                   else "approximate" if replica in snapshot.predicted_tokens else "none")
             route.approx_age_ms = snapshot.approx_age_ms.get(replica, 0)
         self.tracker.begin(replica)
+        if preq.prompt_ids and preq.specialist == decision.specialist:  # the specialist need not render it again
+            route.prompt_ids, route.render_key = preq.prompt_ids, self.render_keys.get(decision.specialist, "")
         if self.policy == "prefix_affinity" and req.session_id and preq.session_replica != replica:
             self._spawn(self.snapshots.placed_session(replica))  # a session starts (or moves) here: spread counts it
 

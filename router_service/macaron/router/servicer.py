@@ -281,6 +281,10 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                                          classify_ms=t.classify_ms, judge_ms=t.judge_ms,
                                                          placement_ms=t.placement_ms))
             forward.engine_replica_hint = route.replica or ""
+            forward.ClearField("routed_prompt")  # only the router's own rendering goes on, never a caller's
+            if route.prompt_ids and route.render_key:
+                forward.routed_prompt.token_ids.extend(route.prompt_ids)
+                forward.routed_prompt.render_key = route.render_key
             remaining = context.time_remaining()
             timeout = self.default_timeout_s if remaining is None else remaining
             with trace.use_span(span, end_on_exit=False):  # the specialist's span becomes this one's child

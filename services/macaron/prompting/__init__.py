@@ -14,7 +14,7 @@ from macaron.prompting.messages import (
     ToolChoice,
     ToolSpec,
 )
-from macaron.prompting.render import PromptProfile, combine_system, render, template_messages
+from macaron.prompting.render import PromptProfile, combine_system, render, render_key, template_messages
 
 __all__ = [
     "ChatRequest",
@@ -27,5 +27,6 @@ __all__ = [
     "ToolSpec",
     "combine_system",
     "render",
+    "render_key",
     "template_messages",
 ]

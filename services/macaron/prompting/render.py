@@ -17,13 +17,16 @@ appended after the generation prompt, so constrained decoding only has to produc
 
 from __future__ import annotations
 
+import hashlib
 import json
-
 from typing import Any, Protocol
 
 from macaron.prompting.messages import ChatRequest, Message
 
 SYSTEM_SEPARATOR = "\n\n"
+RENDER_RULES = 1
+"""The version of this module's rules, part of every render key: bump it when `render` changes what it makes
+of a request, so that a router and a specialist running different releases never share token ids."""
 
 
 class PromptProfile(Protocol):
@@ -95,3 +98,19 @@ def render(request: ChatRequest, profile: PromptProfile, tokenizer: ChatTokenize
     if request.tool_choice.forces_call:
         text += profile.tool_call_prefix
     return str(text)
+
+
+def render_key(profile: PromptProfile, tokenizer: Any) -> str | None:
+    """Names everything `render` and tokenizing depend on besides the request: the tokenizer (its `identity`:
+    vocabulary, merges, chat templates, special tokens), the profile's system prompt and tool-call prefix. A
+    router that tokenized a request under one key hands its ids to a specialist with the same key, which then
+    need not render and tokenize the prompt again. None when the tokenizer has no identity (e.g. one loaded
+    through transformers): ids are then never handed on."""
+    identity = getattr(tokenizer, "identity", "")
+    if not identity:
+        return None
+    digest = hashlib.blake2b(digest_size=12)
+    for part in (str(RENDER_RULES), identity, profile.system_prompt, profile.tool_call_prefix):
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()

@@ -14,6 +14,7 @@ template (a slow, SentencePiece-only tokenizer): the caller falls back to transf
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from functools import cached_property
@@ -34,12 +35,15 @@ class LightTokenizer:
     """Encodes with a `tokenizers.Tokenizer` and renders chat templates with jinja2."""
 
     def __init__(self, tokenizer: Any, templates: dict[str, str], special_tokens: dict[str, str],
-                 model_max_length: int = NO_LIMIT) -> None:
+                 model_max_length: int = NO_LIMIT, identity: str = "") -> None:
         self.backend = tokenizer
         self.templates = templates
         """Template name → source; "default" is the chat template, "tool_use" (when present) is used with tools."""
         self.special_tokens = special_tokens
         self.model_max_length = model_max_length
+        self.identity = identity
+        """A digest of everything that decides this tokenizer's text and ids (its tokenizer.json, templates and
+        special tokens); two processes with the same identity render and tokenize a request alike. "" when unknown."""
 
     # ------------------------------------------------------------ chat templates
 
@@ -139,10 +143,18 @@ def load_light_tokenizer(path: str | Path) -> LightTokenizer | None:
 
     special = {name: _token_text(config[name]) for name in SPECIAL_TOKENS if config.get(name) is not None}
     limit = config.get("model_max_length")
-    tokenizer = LightTokenizer(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), templates, special,
-                               int(limit) if isinstance(limit, (int, float)) else NO_LIMIT)
+    raw = (folder / TOKENIZER_FILE).read_bytes()
+    tokenizer = LightTokenizer(Tokenizer.from_str(raw.decode("utf-8")), templates, special,
+                               int(limit) if isinstance(limit, (int, float)) else NO_LIMIT,
+                               identity=_identity(raw, templates, special))
     tokenizer.compile_templates()
     return tokenizer
+
+
+def _identity(tokenizer_json: bytes, templates: dict[str, str], special: dict[str, str]) -> str:
+    digest = hashlib.blake2b(tokenizer_json, digest_size=16)
+    digest.update(json.dumps([templates, special], sort_keys=True).encode("utf-8"))
+    return digest.hexdigest()
 
 
 def _templates(folder: Path, config: dict[str, Any]) -> dict[str, str]:

@@ -234,7 +234,7 @@ class RouteTiming(_message.Message):
     def __init__(self, admit_ms: _Optional[float] = ..., state_read_ms: _Optional[float] = ..., classify_ms: _Optional[float] = ..., judge_ms: _Optional[float] = ..., placement_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "messages", "tools", "tool_choice", "response_format", "sampling", "specialist", "engine_replica_hint", "metadata", "route", "logprobs", "top_logprobs", "parallel_tool_calls", "prompt")
+    __slots__ = ("request_id", "session_id", "messages", "tools", "tool_choice", "response_format", "sampling", "specialist", "engine_replica_hint", "metadata", "route", "logprobs", "top_logprobs", "parallel_tool_calls", "prompt", "routed_prompt")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +257,7 @@ class GenerateRequest(_message.Message):
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_PROMPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
@@ -272,7 +273,16 @@ class GenerateRequest(_message.Message):
     top_logprobs: int
     parallel_tool_calls: bool
     prompt: str
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., specialist: _Optional[_Union[SpecialistKind, str]] = ..., engine_replica_hint: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., route: _Optional[_Union[RouteDecision, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., parallel_tool_calls: _Optional[bool] = ..., prompt: _Optional[str] = ...) -> None: ...
+    routed_prompt: RoutedPrompt
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., specialist: _Optional[_Union[SpecialistKind, str]] = ..., engine_replica_hint: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., route: _Optional[_Union[RouteDecision, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., parallel_tool_calls: _Optional[bool] = ..., prompt: _Optional[str] = ..., routed_prompt: _Optional[_Union[RoutedPrompt, _Mapping]] = ...) -> None: ...
+
+class RoutedPrompt(_message.Message):
+    __slots__ = ("token_ids", "render_key")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    RENDER_KEY_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    render_key: str
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., render_key: _Optional[str] = ...) -> None: ...
 
 class Finish(_message.Message):
     __slots__ = ("reason", "matched_text", "matched_token_id", "length", "message")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any, AsyncIterator
 
 from opentelemetry import trace
@@ -24,7 +25,7 @@ from macaron.engine_client import (
     EngineUnavailableError,
     StreamChunk,
 )
-from macaron.prompting import ChatRequest, render
+from macaron.prompting import ChatRequest, render, render_key
 from macaron.specialist.errors import (
     BadRequestError,
     DeadlineExceededError,
@@ -86,6 +87,9 @@ class Pipeline:
         self.active = 0
         self._context_length: int | None = profile.settings.context_length
         self.token_bytes = TokenBytes(tokenizer)
+        self.render_key = render_key(profile, tokenizer)
+        """What this profile's prompts are rendered and tokenized with: a router's ids under the same key are used."""
+        self._vocab_size = len(tokenizer) if self.render_key is not None else 0
 
     async def context_length(self) -> int:
         """The profile's limit, else the engine's (/v1/models max_model_len), else the tokenizer's."""
@@ -110,6 +114,14 @@ class Pipeline:
         text = render(request, self.profile, self.tokenizer)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def routed_ids(self, ids: Sequence[int], key: str) -> list[int] | None:
+        """The router's token ids of this request's prompt, when it rendered them as this profile does (the same
+        render key) and every id is in the vocabulary; None otherwise (the prompt is rendered here)."""
+        if not ids or not key or key != self.render_key:
+            return None
+        routed = list(ids)
+        return routed if max(routed) < self._vocab_size else None
+
     async def run(
         self,
         request: ChatRequest,
@@ -120,12 +132,14 @@ class Pipeline:
         timeout_s: float | None = None,
         adapter_version: str | None = None,
         logprobs: int | None = None,
+        prompt_ids: list[int] | None = None,
     ) -> AsyncIterator[Event]:
         """The events of one generation; raises a SpecialistError subclass on failure.
 
         `adapter_version` is the version the router chose (a session keeps its own); None serves
         the profile's configured version. `logprobs`: None for none, else how many top alternatives
-        per token (0 to 20), as SGLang's return_logprob / top_logprobs_num."""
+        per token (0 to 20), as SGLang's return_logprob / top_logprobs_num. `prompt_ids`: the request's prompt
+        already rendered and tokenized under this profile (`routed_ids`); None renders it here."""
         if self.active >= self.settings.max_concurrent_streams:
             raise OverloadedError(
                 f"specialist {self.profile.name} is serving its maximum of {self.settings.max_concurrent_streams} streams",
@@ -134,7 +148,7 @@ class Pipeline:
         self.active += 1
         try:
             async for event in self._run(request, sampling, request_id, replica_hint, timeout_s, adapter_version,
-                                         logprobs):
+                                         logprobs, prompt_ids):
                 yield event
         finally:
             self.active -= 1
@@ -148,12 +162,14 @@ class Pipeline:
         timeout_s: float | None,
         adapter_version: str | None = None,
         logprobs: int | None = None,
+        prompt_ids: list[int] | None = None,
     ) -> AsyncIterator[Event]:
         s = self.profile.settings
         version = (s.adapter_version or "") if adapter_version is None else adapter_version
         lora_path = f"{s.adapter}@{version}" if version else s.adapter
         plan = plan_output(request, self.profile)
-        ids = await asyncio.to_thread(self.prompt_ids, request)  # long prompts: keep the loop free
+        # the router's rendering when it handed it on; else render here (long prompts: off the loop)
+        ids = prompt_ids if prompt_ids else await asyncio.to_thread(self.prompt_ids, request)
         params = resolve_sampling(
             sampling, self.profile.settings, prompt_tokens=len(ids), context_length=await self.context_length()
         )

@@ -24,6 +24,12 @@ class SpecialistMetrics:
             "macaron_specialist_time_to_first_chunk_seconds", "From the call's arrival to its first text or tool chunk.",
             ["specialist"], buckets=TTFT_BUCKETS, registry=r,
         )
+        self.routed_prompts = Counter(
+            "macaron_specialist_routed_prompts_total",
+            "Requests that came with the router's token ids of their prompt: used as they are, or rendered again "
+            "here (the router rendered with another template, tokenizer or system prompt).",
+            ["specialist", "outcome"], registry=r,
+        )
         self.prompt_tokens = Counter(
             "macaron_specialist_prompt_tokens_total", "Prompt tokens sent to the engine.", ["specialist"], registry=r
         )

@@ -97,6 +97,10 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
                 )
             except RequestError as exc:
                 raise errors.BadRequestError(str(exc)) from None
+            routed = request.routed_prompt
+            prompt_ids = self.pipeline.routed_ids(routed.token_ids, routed.render_key)
+            if routed.token_ids:
+                m.routed_prompts.labels(self.name, "used" if prompt_ids is not None else "rendered_again").inc()
             events = self.pipeline.run(
                 chat,
                 sampling_from_proto(request.sampling),
@@ -106,6 +110,7 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
                 # the router's version choice (route.adapter set): obeyed, "" being the unversioned adapter
                 adapter_version=request.route.adapter_version if request.route.adapter else None,
                 logprobs=request.top_logprobs if request.logprobs else None,
+                prompt_ids=prompt_ids,
             )
             if request.route.adapter:
                 span.set_attribute("adapter.version", request.route.adapter_version)

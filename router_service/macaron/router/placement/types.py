@@ -39,6 +39,8 @@ class PlacementRequest:
     """Characters per block of the approximate index."""
     adapter: str = ""
     """The adapter version's name on the engines (`code@v3`)."""
+    prompt_ids: Sequence[int] = ()
+    """The rendered prompt's token ids (empty when not tokenized): handed on to the specialist."""
 
 
 @dataclass(frozen=True, slots=True)
