@@ -50,6 +50,7 @@ SURE_FOLLOWUP = 0.7
 # The last turn's log-probability also enters floored at log(LAST_TURN_FLOOR): a near-zero probability of the
 # fast model (0.002 for `ui` on "make it a bit nicer") rules a specialist out no more than a small one does.
 LAST_TURN_FLOOR = 0.02
+LOG_LAST_TURN_FLOOR = float(np.log(LAST_TURN_FLOOR))
 STAGES = ("fast", "escalated")  # one weight vector per stage: the embedding model errs differently
 
 
@@ -112,12 +113,14 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
     # by how sure that model is beyond SURE_FOLLOWUP (15-17): each weighs the session, the turn's own reading and
     # the history's
     for first, lean in ((9, inputs.refers_back), (12, inputs.followup), (15, sure_followup(inputs.followup))):
+        if lean == 0.0:
+            continue  # its columns stay 0
         if inputs.session is not None:
             phi[inputs.session, first] = lean
         phi[:, first + 1] = lean * log_last
         if inputs.p_history is not None:
             phi[:, first + 2] = lean * log_hist
-    phi[:, 18] = np.log(np.clip(inputs.p_last, LAST_TURN_FLOOR, 1.0))
+    phi[:, 18] = np.maximum(log_last, LOG_LAST_TURN_FLOOR)
     phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
     return phi
 
