@@ -5,11 +5,13 @@ For every candidate specialist k the model scores
 and a softmax over the four gives the decision. φ_k holds the calibrated log-probability of k
 for the last user turn alone and for the earlier turns (mixed), both also scaled by how short the
 last turn is (a three-word follow-up says little), whether k is the session's current specialist
-(alone, scaled by shortness and by how unsure the last turn is), declared tools and tool activity
-for `agent`, and a bias per specialist. The weights are fitted on multi-turn conversations of the
-kinds stay / continue / switch / tool loop (multiturn_data.py), so stickiness, the weight of history
-and the pull of declared tools are learned from data instead of hand-set, and they are applied
-once, here (the router adds no threshold of its own).
+(alone, scaled by shortness and by how unsure the last turn is), how much the last turn leans on the
+conversation (referring words, the follow-up model's probability and how sure it is beyond 0.7, each on
+the session, the last turn and the history), the last turn's log-probability floored at log 0.02 beside
+the plain one, declared tools and tool activity for `agent`, and a bias per specialist. The weights
+are fitted on multi-turn conversations of the kinds stay / continue / switch / tool loop
+(multiturn_data.py), so stickiness, the weight of history and the pull of declared tools are learned
+from data instead of hand-set, and they are applied once, here (the router adds no threshold of its own).
 
 A tool loop that is open in a conversation with a session is not scored: it stays with the
 session's specialist (a hard rule; the results of a tool say nothing about the next specialist).
@@ -37,8 +39,18 @@ FEATURES = (
     "tools_declared_x_agent", "tool_activity_x_agent",
     "refers_back_x_is_session", "refers_back_x_log_p_last", "refers_back_x_log_p_history",
     "followup_x_is_session", "followup_x_log_p_last", "followup_x_log_p_history",
+    "sure_followup_x_is_session", "sure_followup_x_log_p_last", "sure_followup_x_log_p_history",
+    "floored_log_p_last",
 ) + tuple(f"bias_{label}" for label in LABELS)
-N_BIAS = 9 + 3 + 3
+N_BIAS = 9 + 3 + 3 + 3 + 1
+# A follow-up probability above SURE_FOLLOWUP counts again, rising from 0 there to 1 at 1 (`sure_followup`): a
+# linear weight on the probability could not make a sure follow-up outweigh a confident last turn without
+# also pulling unsure ones back into the conversation.
+SURE_FOLLOWUP = 0.7
+# The last turn's log-probability also enters floored at log(LAST_TURN_FLOOR): a near-zero probability of the
+# fast model (0.002 for `ui` on "make it a bit nicer") rules a specialist out no more than a small one does.
+LAST_TURN_FLOOR = 0.02
+LOG_LAST_TURN_FLOOR = float(np.log(LAST_TURN_FLOOR))
 STAGES = ("fast", "escalated")  # one weight vector per stage: the embedding model errs differently
 
 
@@ -69,6 +81,11 @@ def may_escalate(inputs: TurnInputs) -> bool:
     return inputs.session is None or inputs.last_words >= SHORT_TURN_WORDS
 
 
+def sure_followup(followup: float) -> float:
+    """How far the follow-up model's probability lies beyond SURE_FOLLOWUP, 0 up to it and 1 at 1."""
+    return max(0.0, followup - SURE_FOLLOWUP) / (1.0 - SURE_FOLLOWUP)
+
+
 def shortness(words: int) -> float:
     return max(0.0, 1.0 - words / SHORT_TURN_WORDS)
 
@@ -92,14 +109,18 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
         phi[s, 6] = 1.0 - float(inputs.p_last.max())
     phi[agent, 7] = float(inputs.has_tools)
     phi[agent, 8] = float(inputs.tool_activity)
-    # how much the turn leans on the conversation, by cue words (9-11) and by the learned follow-up model (12-14):
-    # each weighs the session, the turn's own reading and the history's
-    for first, lean in ((9, inputs.refers_back), (12, inputs.followup)):
+    # how much the turn leans on the conversation, by cue words (9-11), by the learned follow-up model (12-14) and
+    # by how sure that model is beyond SURE_FOLLOWUP (15-17): each weighs the session, the turn's own reading and
+    # the history's
+    for first, lean in ((9, inputs.refers_back), (12, inputs.followup), (15, sure_followup(inputs.followup))):
+        if lean == 0.0:
+            continue  # its columns stay 0
         if inputs.session is not None:
             phi[inputs.session, first] = lean
         phi[:, first + 1] = lean * log_last
         if inputs.p_history is not None:
             phi[:, first + 2] = lean * log_hist
+    phi[:, 18] = np.maximum(log_last, LOG_LAST_TURN_FLOOR)
     phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
     return phi
 

@@ -1,0 +1,88 @@
+"""The conversation decision's features (turns.py): how sure the follow-up model is beyond SURE_FOLLOWUP, the last
+turn's log-probability floored at LAST_TURN_FLOOR, and artifacts written before those features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from macaron.router.classifier.model import Artifact
+from macaron.router.classifier.turns import (
+    FEATURES, LAST_TURN_FLOOR, SURE_FOLLOWUP, TurnInputs, TurnModel, feature_tensor, sure_followup,
+)
+
+NEW = ("sure_followup_x_is_session", "sure_followup_x_log_p_last", "sure_followup_x_log_p_history", "floored_log_p_last")
+
+
+def _inputs(followup: float, p_last=(0.001, 0.05, 0.149, 0.8)) -> TurnInputs:
+    return TurnInputs(p_last=np.array(p_last), p_history=np.array([0.7, 0.1, 0.1, 0.1]),
+                      session=0, last_words=6, followup=followup)
+
+
+def test_sure_followup_is_zero_up_to_the_knee_and_one_at_certainty() -> None:
+    assert sure_followup(0.0) == sure_followup(SURE_FOLLOWUP) == 0.0
+    assert sure_followup(1.0) == pytest.approx(1.0)
+    assert sure_followup(0.85) == pytest.approx((0.85 - SURE_FOLLOWUP) / (1 - SURE_FOLLOWUP))
+
+
+def test_sure_follow_up_weighs_session_last_turn_and_history() -> None:
+    inputs = _inputs(0.94)
+    phi = feature_tensor(inputs)
+    sure = (0.94 - SURE_FOLLOWUP) / (1 - SURE_FOLLOWUP)
+    np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_is_session")], [sure, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_log_p_last")], sure * np.log(inputs.p_last))
+    np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_log_p_history")], sure * np.log(inputs.p_history))
+    # an unsure follow-up model adds nothing beyond its plain features
+    assert not feature_tensor(_inputs(0.6))[:, [FEATURES.index(n) for n in NEW[:3]]].any()
+
+
+def test_last_turn_log_probability_enters_floored_beside_the_plain_one() -> None:
+    inputs = _inputs(0.0)
+    phi = feature_tensor(inputs)
+    np.testing.assert_allclose(phi[:, FEATURES.index("log_p_last")], np.log(inputs.p_last))
+    np.testing.assert_allclose(phi[:, FEATURES.index("floored_log_p_last")],
+                               np.log([LAST_TURN_FLOOR, 0.05, 0.149, 0.8]))
+
+
+def test_a_floored_last_turn_cannot_veto_the_history_alone() -> None:
+    """Weights on the floored log-probability only: a near-zero reading of the history's specialist costs no more
+    than one of LAST_TURN_FLOOR, so the history decides; on the plain log-probability it would be vetoed."""
+    inputs = TurnInputs(p_last=np.array([0.0005, 0.33, 0.3345, 0.335]), p_history=np.array([0.97, 0.01, 0.01, 0.01]),
+                        session=None, last_words=5)
+    for name, expected in (("floored_log_p_last", 0), ("log_p_last", 3)):
+        theta = np.zeros((2, len(FEATURES)))
+        theta[:, FEATURES.index(name)] = 1.0
+        theta[:, FEATURES.index("log_p_history")] = 1.0
+        assert TurnModel(theta=theta).probabilities(inputs).argmax() == expected, name
+
+
+def test_artifact_written_before_these_features_decides_as_before(fast_classifier) -> None:
+    """An artifact without them loads with their weights at 0."""
+    payload = fast_classifier.artifact.to_payload()
+    keep = [i for i, name in enumerate(FEATURES) if name not in NEW]
+    payload["turn"] = {**payload["turn"], "features": [FEATURES[i] for i in keep],
+                       "theta": payload["turn"]["theta"][:, keep]}
+    old = Artifact.from_payload(payload)
+    dropped = [FEATURES.index(n) for n in NEW]
+    np.testing.assert_array_equal(old.turn.theta[:, dropped], 0.0)
+    theta = fast_classifier.artifact.turn.theta.copy()
+    theta[:, dropped] = 0.0
+    for followup in (0.0, 0.5, 0.95):
+        np.testing.assert_allclose(old.turn.probabilities(_inputs(followup)),
+                                   TurnModel(theta=theta).probabilities(_inputs(followup)))
+    # the shipped artifact was trained with them, and they move a sure follow-up's decision
+    assert np.abs(fast_classifier.artifact.turn.theta[:, dropped]).min() > 0.0
+    assert not np.allclose(old.turn.probabilities(_inputs(0.95)),
+                           fast_classifier.artifact.turn.probabilities(_inputs(0.95)))
+
+
+@pytest.mark.parametrize("follow_up", ["how sure are you about that?", "hmm, are you sure?",
+                                       "can you explain that in more detail?"])
+def test_a_sure_follow_up_read_as_chat_stays_in_its_session(fast_classifier, follow_up: str) -> None:
+    """Written follow-ups of the dev half (never trained on): the fast model reads them as `chat`, the follow-up
+    model as follow-ups; the previous decision left the `ui` session for `chat` (0.79, 0.63, 0.69)."""
+    messages = [{"role": "user", "content": "Build a signup form with email and password fields and a submit button."},
+                {"role": "assistant", "content": "Here it is."},
+                {"role": "user", "content": follow_up}]
+    d = fast_classifier.classify(messages=messages, session="ui")
+    assert d.specialist == "ui", d.probabilities
