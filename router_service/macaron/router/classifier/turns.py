@@ -42,7 +42,7 @@ FEATURES = (
     "sure_followup_x_is_session", "sure_followup_x_log_p_last", "sure_followup_x_log_p_history",
     "floored_log_p_last",
 ) + tuple(f"bias_{label}" for label in LABELS)
-N_BIAS = 9 + 3 + 3 + 3 + 1
+N_BIAS = FEATURES.index(f"bias_{LABELS[0]}")  # the per-specialist biases come last
 # A follow-up probability above SURE_FOLLOWUP counts again, rising from 0 there to 1 at 1 (`sure_followup`): a
 # linear weight on the probability could not make a sure follow-up outweigh a confident last turn without
 # also pulling unsure ones back into the conversation.
