@@ -25,6 +25,7 @@ from macaron.router.kv_index import KVIndexWriter, block_keys_of_tokens, matched
 from macaron.router.kv_index.index import EPOCH_KEY
 from macaron.router.kv_index.keys import KEY_PREFIX
 from macaron.router.placement.pickers import rendezvous
+from macaron.router.prefix_index import KEY_PREFIX as PREFIX_KEY_PREFIX
 from macaron.router.routing import AdapterRef, RouteRequest, RoutingCore
 from macaron.router.settings import RouterSettings
 from macaron.router.store_gate import GatedStore
@@ -207,6 +208,48 @@ async def test_a_long_shared_head_diverging_later_goes_where_the_engine_holds_th
         assert (await place(blind, follow_up)).replica == home
     finally:
         await blind.aclose()
+
+
+async def test_with_every_replica_publishing_the_approximate_index_stays_out_of_the_store(tokenizer, engines) -> None:
+    """Engine truth covers every replica: the approximate index's blocks are neither read nor written (store work
+    and reply payload on every request for nothing); with one replica silent, they are, for that replica."""
+    store = MemoryStore()
+    core = make_core(tokenizer, engines, store)
+    try:
+        await following(core)
+        assert core.kv_follower.follows_all()
+        request = conversation("the harbour fees of the spring season")
+        assert core.placement_request(RouteRequest(request, request_id="r"), "chat").approximate is False
+        route = await place(core, request)
+        route.commit()
+        await core.flush()
+        assert route.replica and route.index_source == "engine"
+        assert not [k for k in store._values if k.startswith(PREFIX_KEY_PREFIX)]
+    finally:
+        await core.aclose()
+
+    silent = REPLICAS[0]
+
+    async def one_silent(replica: str) -> dict:
+        info = await engines.server_info(replica)
+        return {k: v for k, v in info.items() if k != "kv_events_endpoint"} if replica == silent else info
+
+    store = MemoryStore()
+    core = make_core(tokenizer, engines, store)
+    core.kv_follower._server_info = one_silent
+    try:
+        await core.start()
+        deadline = time.monotonic() + 10
+        while silent not in core.kv_follower.plain or len(core.kv_follower.readers) < len(REPLICAS) - 1:
+            assert time.monotonic() < deadline, "the follower never connected"
+            await asyncio.sleep(0.05)
+        assert not core.kv_follower.follows_all()
+        route = await place(core, request)
+        route.commit()
+        await core.flush()
+        assert [k for k in store._values if k.startswith(PREFIX_KEY_PREFIX)]  # the silent replica needs them
+    finally:
+        await core.aclose()
 
 
 DOC = "Berth schedule: " + " ".join(f"vessel {i} docks at quay {i % 7} on day {i % 5}." for i in range(20))

@@ -9,7 +9,9 @@
    hashed into character blocks (the approximate index) and tokenized into token blocks (the
    KV-cache index the engines' own events fill, kv_index/); one placement-store read (load,
    both indexes) fills the snapshot, with each replica's adapter residency; the policy's profile
-   picks the replica,
+   picks the replica. While every replica publishes KV-cache events, the approximate index's blocks
+   stay out of that read and out of the store (engine truth covers them all); it is kept in process only,
+   for ties and a store outage,
 4b. the adapter version (macaron.lifecycle): the four version states are held in memory, pushed
    by the lifecycle writer (`router.lifecycle.state_push`), or else come in the session read's
    own store round trip (no extra one); a session keeps its version, a new one may draw the
@@ -575,7 +577,8 @@ class RoutingCore:
         tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
         return PlacementRequest(specialist, hashes, None, tie_key, kv_keys=kv_keys,
                                 prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,
-                                block_chars=s.prefix_block_chars, adapter=adapter, prompt_ids=tokens)
+                                block_chars=s.prefix_block_chars, adapter=adapter, prompt_ids=tokens,
+                                approximate=not (kv_keys and self.kv_follower is not None and self.kv_follower.follows_all()))
 
     async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
                     replicas: Sequence[str], version: str | None = None, *,
@@ -768,7 +771,7 @@ class RoutingCore:
             turns = (session.turns if session else 0) + 1
             view = SessionView(decision.specialist, version, replica or "", turns)
             session_write = self._spawn(self.sessions.put(req.owner, req.session_id, view))
-        if preq.block_hashes and replica and not self.cache_store.degraded:
+        if preq.block_hashes and preq.approximate and replica and not self.cache_store.degraded:
             seen = snapshot.blocks_seen if snapshot is not None else ()
             self._spawn(self.prefix_index.record(preq.block_hashes, replica, seen))
         return session_write

@@ -17,6 +17,7 @@ name blocks for later removal, while what a block holds is read from its `token_
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class KVEventBatch:
     events: list[Event] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=4096)
 def lora_id_for(adapter_name: str) -> int | None:
     """The `lora_id` the embedded engine publishes for an adapter name (None for the base model).
 

@@ -125,6 +125,14 @@ class KVEventFollower:
         """Each replica's KV-cache tokens (`max_total_num_tokens` of its server info, SGLang's and the embedded
         engine's), for placement's cache-pressure check; absent where the replica reports none."""
         self._task: asyncio.Task[None] | None = None
+        self.current: frozenset[str] = frozenset()
+        """The replicas of the last refresh."""
+
+    def follows_all(self) -> bool:
+        """Whether every replica of the last refresh publishes KV-cache events and is followed: engine truth then
+        covers all of them, and the approximate index has nothing to add."""
+        current = self.current
+        return bool(current) and not self.plain and all(r in self.readers for r in current)
 
     def start(self) -> None:
         if self._task is None:
@@ -137,6 +145,7 @@ class KVEventFollower:
         except Exception as exc:  # noqa: BLE001 - discovery errors are the discovery's to report
             log.debug("no replicas for the KV index: %s", exc)
             return
+        self.current = frozenset(current)
         for replica in list(self.readers):
             if replica not in current:
                 self._stop_reader(replica)

@@ -186,7 +186,7 @@ class SnapshotReader:
         now = now_ms()
         spread = list(spread_keys(now, self.spread_window_s)) if with_load else []
         head = ([LOAD_KEY] if with_load else []) + spread
-        keys = head + block_keys(hashes)
+        keys = head + (block_keys(hashes) if request.approximate else [])
         if not keys and not kv:
             return Snapshot(down=self.down())
         claims: Mapping[str, int] = {}

@@ -41,6 +41,10 @@ class PlacementRequest:
     """The adapter version's name on the engines (`code@v3`)."""
     prompt_ids: Sequence[int] = ()
     """The rendered prompt's token ids (empty when not tokenized): handed on to the specialist."""
+    approximate: bool = True
+    """Whether the approximate index's blocks are read from (and written to) the store. False when every replica
+    publishes KV-cache events: engine truth covers them all, so those reads and writes would only cost a round
+    trip's payload and store work. The block hashes are still kept in process (ties, a store outage)."""
 
 
 @dataclass(frozen=True, slots=True)
