@@ -255,6 +255,18 @@ def scores(logits: np.ndarray, y: np.ndarray, repos: np.ndarray) -> dict[str, An
     }
 
 
+def versus(candidate: dict[str, float], baseline: dict[str, float], draws: int = 10000) -> dict[str, Any]:
+    """Mean over repositories of candidate - baseline accuracy, with a 95 % interval from resampling
+    whole repositories (paired), and how many repositories gain / lose more than one point."""
+    names = sorted(baseline)
+    diff = np.array([candidate[k] - baseline[k] for k in names])
+    rng = np.random.default_rng(0)
+    means = diff[rng.integers(0, len(diff), size=(draws, len(diff)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"delta": round(float(diff.mean()), 4), "ci95": [round(float(lo), 4), round(float(hi), 4)],
+            "repos_up": int((diff > 0.01).sum()), "repos_down": int((diff < -0.01).sum())}
+
+
 # ----------------------------------------------------------------------------- combined with the fast path
 
 
@@ -274,12 +286,24 @@ def fast_holdout_probs(texts: Sequence[str], y: np.ndarray, repos: np.ndarray, c
 
 
 def combined(p_fast: np.ndarray, frozen: np.ndarray, candidate: np.ndarray, y: np.ndarray, repos: np.ndarray,
-             folds: list[list[str]]) -> dict[str, Any]:
-    """`train.compare_encoders` on the frozen MiniLM head's and a candidate's fold logits."""
+             folds: list[list[str]], common_threshold: float) -> dict[str, Any]:
+    """`train.compare_encoders` on the frozen MiniLM head's and a candidate's fold logits, plus both at
+    `common_threshold` (the same rows escalated) with their own temperature and pooling weight."""
+    from macaron.router.classifier import holdout
+    from macaron.router.classifier.model import softmax
     from macaron.router.classifier.train import TrainConfig, compare_encoders
 
     eoof = SimpleNamespace(folds=folds, frozen_logits=frozen, tuned_logits=candidate)
     result = compare_encoders(p_fast, eoof, y, repos, TrainConfig())
+    for key, logits in (("frozen", frozen), ("tuned", candidate)):
+        r = result[key]
+        p = softmax(logits / r["embed_temperature"])
+        at = holdout.summarize(y, repos, p_fast, p, common_threshold, r["fast_weight_when_escalated"])
+        r["at_common"] = {"threshold": common_threshold, "escalation_rate": at["escalation_rate"],
+                          "mean_repo_accuracy": at["mean_accuracy"], "pooled_accuracy": at["pooled"]["accuracy"],
+                          "macro_f1": at["pooled"]["macro_f1"],
+                          "per_class_pr": {k: [v["precision"], v["recall"]] for k, v in at["pooled"]["per_class"].items()},
+                          "per_repository": {k: v["accuracy"] for k, v in at["per_repository"].items()}}
 
     def brief(r: dict[str, Any]) -> dict[str, Any]:
         pooled = r["pooled"]
@@ -290,9 +314,18 @@ def combined(p_fast: np.ndarray, frozen: np.ndarray, candidate: np.ndarray, y: n
             "pooled_accuracy": pooled["accuracy"], "macro_f1": pooled["macro_f1"],
             "per_class_pr": {k: [v["precision"], v["recall"]] for k, v in pooled["per_class"].items()},
             "per_repository": {k: v["accuracy"] for k, v in r["per_repository"].items()},
+            # the same fast path escalates the same rows at a threshold, so these compare at equal escalation
+            "curve": {f"{c['threshold']:g}": [round(c["escalation_rate"], 4), round(c["accuracy"], 4)]
+                      for c in r["escalation_curve"] if c["escalation_rate"] <= 0.3},
+            "at_common_threshold": r["at_common"],
         }
 
-    return {"minilm": brief(result["frozen"]), "candidate": brief(result["tuned"])}
+    out = {"minilm": brief(result["frozen"]), "candidate": brief(result["tuned"])}
+    cand, base = out["candidate"], out["minilm"]
+    cand["vs_minilm"] = versus(cand["per_repository"], base["per_repository"])
+    cand["at_common_threshold"]["vs_minilm"] = versus(cand["at_common_threshold"]["per_repository"],
+                                                      base["at_common_threshold"]["per_repository"])
+    return out
 
 
 # ----------------------------------------------------------------------------- timing
@@ -313,8 +346,9 @@ def time_calls(call: Callable[[list[str]], Any], texts: Sequence[str], batch: in
             "mean_ms_per_call": round(float(np.mean(samples)), 2), "p50_ms_per_text": round(p50 / batch, 2)}
 
 
-def timings(texts: Sequence[str], model_dir: Path, max_tokens: int, best_layer: int, repeats: int) -> dict[str, Any]:
-    """MiniLM (the classifier's encoder) vs SmolLM2 at full depth and cut to `best_layer` blocks."""
+def timings(texts: Sequence[str], model_dir: Path, max_tokens: int, template: str, depths: Sequence[int],
+            repeats: int) -> dict[str, Any]:
+    """MiniLM (the classifier's encoder) vs SmolLM2 (`template`) at full depth and cut to each of `depths` blocks."""
     from macaron.router.classifier.escalation import Embedder
 
     out: dict[str, Any] = {}
@@ -323,11 +357,11 @@ def timings(texts: Sequence[str], model_dir: Path, max_tokens: int, best_layer: 
     for batch in (1, 8):
         out[f"minilm_b{batch}"] = time_calls(lambda g: embedder.encode(g, batch_size=8), texts, batch, repeats)
         say(f"  MiniLM batch {batch}: {out[f'minilm_b{batch}']}")
-    for depth in dict.fromkeys((None, best_layer if best_layer < SMOLLM2_LAYERS else None)):
-        enc = SmolEncoder(model_dir, max_tokens, "plain", n_layers=depth)
+    for depth in dict.fromkeys([None, *(d for d in depths if d < SMOLLM2_LAYERS)]):
+        enc = SmolEncoder(model_dir, max_tokens, template, n_layers=depth)
         layer = depth or enc.model.config.num_hidden_layers
         for batch in (1, 8):
-            key = f"smollm2_{'full30' if depth is None else f'first{depth}'}_b{batch}"
+            key = f"smollm2_{template}_{'full30' if depth is None else f'first{depth}'}_b{batch}"
             out[key] = time_calls(lambda g: enc.forward(g, [layer]), texts, batch, repeats)
             say(f"  {key}: {out[key]}")
     return out
@@ -351,7 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="a random subset of train/dev (smoke runs)")
     parser.add_argument("--no-combine", action="store_true")
     parser.add_argument("--no-timing", action="store_true")
+    parser.add_argument("--common-threshold", type=float, default=0.65,
+                        help="also compare the combined classifiers at this one threshold (the shipped 0.65)")
     parser.add_argument("--timing-texts", type=int, default=96)
+    parser.add_argument("--timing-depths", type=int, nargs="+", default=None,
+                        help="also time SmolLM2 cut to these many blocks (default: the best layer)")
     args = parser.parse_args(argv)
 
     import torch
@@ -414,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + "  ".join(f"{k} {v[0]:.2f}/{v[1]:.2f}" for k, v in entry["per_class_pr"].items()))
     wall["probes_s"] = round(time.time() - t0, 1)
 
+    for label, entry in results.items():
+        if label != "minilm":
+            entry["vs_minilm"] = versus(entry["per_repository"], results["minilm"]["per_repository"])
     smol_names = [k for k in results if k.startswith("smollm2_") and "_C" not in k]
     best = max(smol_names, key=lambda k: results[k]["mean_repo_accuracy"])
     best_layer = int(best.rsplit("_L", 1)[1])
@@ -427,12 +468,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         combo = {}
         for name in sorted({best, *(k for k in smol_names if results[k]["mean_repo_accuracy"]
                                     >= results["minilm"]["mean_repo_accuracy"])}):
-            r = combined(p_fast, logits_of["minilm"], logits_of[name], y, repos, folds)
+            r = combined(p_fast, logits_of["minilm"], logits_of[name], y, repos, folds, args.common_threshold)
             combo.setdefault("minilm", r["minilm"])
             combo[name] = r["candidate"]
             say(f"combined {name}: {r['candidate']['mean_repo_accuracy']:.4f} at {r['candidate']['escalation_rate']:.3f} "
                 f"escalated (threshold {r['candidate']['threshold']}, fast weight {r['candidate']['fast_weight']}); "
-                f"MiniLM {r['minilm']['mean_repo_accuracy']:.4f} at {r['minilm']['escalation_rate']:.3f}")
+                f"MiniLM {r['minilm']['mean_repo_accuracy']:.4f} at {r['minilm']['escalation_rate']:.3f}; "
+                f"vs MiniLM {r['candidate']['vs_minilm']}; both at {args.common_threshold}: "
+                f"{r['candidate']['at_common_threshold']['mean_repo_accuracy']:.4f} vs "
+                f"{r['minilm']['at_common_threshold']['mean_repo_accuracy']:.4f} at "
+                f"{r['minilm']['at_common_threshold']['escalation_rate']:.3f} escalated, "
+                f"{r['candidate']['at_common_threshold']['vs_minilm']}")
         wall["combine_s"] = round(time.time() - t0, 1)
 
     timing = None
@@ -440,7 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.time()
         say("timing (this thread; pin it)")
         sample = [dev_texts[i] for i in np.random.default_rng(0).permutation(len(dev_texts))[: args.timing_texts]]
-        timing = timings(sample, model_dir, args.max_tokens, best_layer, args.timing_texts)
+        timing = timings(sample, model_dir, args.max_tokens, args.template, args.timing_depths or [best_layer],
+                         args.timing_texts)
         wall["timing_s"] = round(time.time() - t0, 1)
 
     wall["total_s"] = round(time.time() - started, 1)
