@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -381,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--c", type=float, nargs="+", default=None,
                         help="head C values (default: TrainConfig.embed_c); the first is the main figure")
-    parser.add_argument("--cache-dir", default="/tmp/macaron_encoder_probe")
+    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "macaron_encoder_probe"))
     parser.add_argument("--limit", type=int, default=None, help="a random subset of train/dev (smoke runs)")
     parser.add_argument("--no-combine", action="store_true")
     parser.add_argument("--no-timing", action="store_true")
