@@ -33,6 +33,9 @@ def test_each_specialist_streams_with_its_own_adapter(stubs, engine_url) -> None
     for name in SPECIALIST_NAMES:
         result = generate(stubs[name], request("Tell me about the weather.", sampling=GREEDY, response_format=TEXT))
         assert len([c for c in result.chunks if c.text]) > 1, "tokens are streamed, not sent in one chunk"
+        # the route rides on the first token's chunk: no message of its own ahead of the first token
+        assert result.chunks[0].HasField("route") and result.chunks[0].text
+        assert [c.HasField("route") for c in result.chunks].count(True) == 1
         assert result.route.adapter == name and result.route.replica == engine_url
         assert result.route.reason == pb.ROUTE_REASON_DIRECT
         assert result.finish.reason == pb.FINISH_REASON_LENGTH and result.finish.length == 16

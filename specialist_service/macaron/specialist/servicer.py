@@ -21,7 +21,7 @@ from macaron import telemetry
 from macaron.prompting.convert import request_from_proto
 from macaron.prompting.messages import RequestError
 from macaron.specialist import errors
-from macaron.specialist.events import Done, TextDelta, ToolCallDeltas
+from macaron.specialist.events import Done, RouteInfo, TextDelta, ToolCallDeltas
 from macaron.specialist.generation import Pipeline
 from macaron.specialist.metrics import SpecialistMetrics
 from macaron.specialist.profiles import default_schema_json
@@ -114,6 +114,9 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
             )
             if request.route.adapter:
                 span.set_attribute("adapter.version", request.route.adapter_version)
+            # The route rides on the stream's next chunk (the first token's, in the same engine step): one message
+            # less before the first token, on every hop it crosses (a router relays each message on its own).
+            held_route: common_pb2.GenerateChunk | None = None
             async for event in events:
                 if not first_chunk_seen and isinstance(event, (TextDelta, ToolCallDeltas)):
                     first_chunk_seen = True
@@ -122,7 +125,16 @@ class SpecialistServicer(specialist_pb2_grpc.SpecialistServicer):
                     m.prompt_tokens.labels(self.name).inc(event.usage.prompt_tokens)
                     m.cached_tokens.labels(self.name).inc(event.usage.cached_tokens)
                     m.completion_tokens.labels(self.name).inc(event.usage.completion_tokens)
-                yield event_to_chunk(event, request_id, self.name, request.route)
+                chunk = event_to_chunk(event, request_id, self.name, request.route)
+                if isinstance(event, RouteInfo):
+                    held_route = chunk
+                    continue
+                if held_route is not None:
+                    chunk.route.CopyFrom(held_route.route)
+                    held_route = None
+                yield chunk
+            if held_route is not None:  # nothing followed it (never the case with a Done): it still goes out
+                yield held_route
         except errors.SpecialistError as exc:
             status = status_for(exc)
             code = status.code
