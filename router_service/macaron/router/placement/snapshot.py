@@ -181,7 +181,7 @@ class SnapshotReader:
 
     async def read(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot:
         """Load, the KV-cache index's epochs and blocks, the head's pending claims, and the approximate index's
-        blocks: one round trip."""
+        blocks (unless `request.approximate` is off: engine truth covers every replica): one round trip."""
         hashes, kv = request.block_hashes, request.kv_keys
         now = now_ms()
         spread = list(spread_keys(now, self.spread_window_s)) if with_load else []
