@@ -474,7 +474,8 @@ class Senders:
         if route.HasField("timing"):
             t = route.timing
             timing = {"admit_ms": t.admit_ms, "state_read_ms": t.state_read_ms, "classify_ms": t.classify_ms,
-                      "judge_ms": t.judge_ms, "placement_ms": t.placement_ms, "route_ms": route.route_ms}
+                      "judge_ms": t.judge_ms, "placement_ms": t.placement_ms, "route_ms": route.route_ms,
+                      "servicer_ms": t.servicer_ms}
             trailers = dict(await call.trailing_metadata() or ())
             if UPSTREAM_TTFT_KEY in trailers:
                 timing["upstream_ttft_ms"] = float(trailers[UPSTREAM_TTFT_KEY])
@@ -894,6 +895,8 @@ def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
         "route total (decision + placement)": route_ms,
         "router -> specialist hop": upstream - plain.ttft_s * 1000,
         "caller -> router hop, servicer, relay": turn.ttft_s * 1000 - route_ms - upstream,
+        "  of which the servicer (around the route)": t.get("servicer_ms", float("nan")),
+        "  of which gRPC's transit in and out": turn.ttft_s * 1000 - route_ms - upstream - t.get("servicer_ms", float("nan")),
         "added (paired)": added,
     }
 

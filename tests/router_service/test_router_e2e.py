@@ -53,6 +53,7 @@ async def test_generate_streams_with_the_route_in_the_first_chunk(routers, engin
     assert route.specialist == pb.SPECIALIST_KIND_CODE and route.reason == pb.ROUTE_REASON_CLASSIFIER
     assert route.confidence == pytest.approx(0.95) and route.adapter == "code"
     assert route.replica in engine_urls
+    assert route.timing.servicer_ms > 0 and route.timing.classify_ms > 0  # where the router's time went
     assert chunks[-1].finish.reason in (pb.FINISH_REASON_LENGTH, pb.FINISH_REASON_STOP)
     assert chunks[-1].usage.completion_tokens > 0
     forced = await generate(stub, req("write a python function", specialist=pb.SPECIALIST_KIND_AGENT))

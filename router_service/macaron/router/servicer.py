@@ -225,12 +225,12 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateChunk]:
+        timing = _Timing(time.perf_counter())
         metadata = telemetry.metadata_to_dict(context.invocation_metadata())
         request_id = telemetry.bind_request_id(request.request_id or metadata.get(telemetry.REQUEST_ID_KEY))
         span = telemetry.tracer(__name__).start_span("router.Generate", context=telemetry.extract(metadata))
         route = None
         abort: Abort | None = None
-        timing = _Timing(time.perf_counter())
         self.core.metrics.in_flight.inc()
         lease = NO_LEASE
         tokens = 0
@@ -251,6 +251,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                 answer: asyncio.Future[AdmitResult] = asyncio.get_running_loop().create_future()
                 admitted = asyncio.ensure_future(self._limits(principal, admission, answer))
                 admit_on_read = AdmitOnRead(admission, answer)
+            route_start = time.perf_counter()
             try:
                 route = await self.core.route(req, gate=admitted, admit=admit_on_read)
             except InvalidHintError as exc:
@@ -259,6 +260,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                 if route is None:
                     self._drop_lease(admitted)
             lease, route.times.admit_ms = admitted.result()
+            route_end = time.perf_counter()
             d = route.decision
             version_label = route.version or "unversioned"
             span.set_attribute("specialist", d.specialist)
@@ -291,6 +293,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                 outgoing = telemetry.inject({})
             first, served = True, None
             forwarded = time.perf_counter()
+            forward.route.timing.servicer_ms = ((route_start - timing.start) + (forwarded - route_end)) * 1000
             async for chunk in self.forwarder.stream(d.specialist, forward, timeout_s=timeout,
                                                      metadata=list(outgoing.items())):
                 if timing.first_token is None and (chunk.text or chunk.tool_calls):

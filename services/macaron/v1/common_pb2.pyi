@@ -220,18 +220,20 @@ class RouteDecision(_message.Message):
     def __init__(self, specialist: _Optional[_Union[SpecialistKind, str]] = ..., adapter: _Optional[str] = ..., adapter_version: _Optional[str] = ..., reason: _Optional[_Union[RouteReason, str]] = ..., confidence: _Optional[float] = ..., replica: _Optional[str] = ..., detail: _Optional[str] = ..., route_ms: _Optional[float] = ..., predicted_cached_tokens: _Optional[int] = ..., timing: _Optional[_Union[RouteTiming, _Mapping]] = ...) -> None: ...
 
 class RouteTiming(_message.Message):
-    __slots__ = ("admit_ms", "state_read_ms", "classify_ms", "judge_ms", "placement_ms")
+    __slots__ = ("admit_ms", "state_read_ms", "classify_ms", "judge_ms", "placement_ms", "servicer_ms")
     ADMIT_MS_FIELD_NUMBER: _ClassVar[int]
     STATE_READ_MS_FIELD_NUMBER: _ClassVar[int]
     CLASSIFY_MS_FIELD_NUMBER: _ClassVar[int]
     JUDGE_MS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVICER_MS_FIELD_NUMBER: _ClassVar[int]
     admit_ms: float
     state_read_ms: float
     classify_ms: float
     judge_ms: float
     placement_ms: float
-    def __init__(self, admit_ms: _Optional[float] = ..., state_read_ms: _Optional[float] = ..., classify_ms: _Optional[float] = ..., judge_ms: _Optional[float] = ..., placement_ms: _Optional[float] = ...) -> None: ...
+    servicer_ms: float
+    def __init__(self, admit_ms: _Optional[float] = ..., state_read_ms: _Optional[float] = ..., classify_ms: _Optional[float] = ..., judge_ms: _Optional[float] = ..., placement_ms: _Optional[float] = ..., servicer_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "session_id", "messages", "tools", "tool_choice", "response_format", "sampling", "specialist", "engine_replica_hint", "metadata", "route", "logprobs", "top_logprobs", "parallel_tool_calls", "prompt", "routed_prompt")
