@@ -575,10 +575,11 @@ class RoutingCore:
         # ties (nothing cached anywhere yet) go by the prompt's head, so requests sharing a system
         # prompt meet on one replica even before the index has them; else by session, else request
         tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
+        engine_truth_only = bool(kv_keys) and self.kv_follower is not None and self.kv_follower.follows_all()
         return PlacementRequest(specialist, hashes, None, tie_key, kv_keys=kv_keys,
                                 prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,
                                 block_chars=s.prefix_block_chars, adapter=adapter, prompt_ids=tokens,
-                                approximate=not (kv_keys and self.kv_follower is not None and self.kv_follower.follows_all()))
+                                approximate=not engine_truth_only)
 
     async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
                     replicas: Sequence[str], version: str | None = None, *,
