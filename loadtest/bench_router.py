@@ -886,6 +886,8 @@ def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
     route_ms = t["route_ms"]
     upstream = t.get("upstream_ttft_ms", float("nan"))
     added = (turn.ttft_s - plain.ttft_s) * 1000
+    outside_route = turn.ttft_s * 1000 - route_ms - upstream  # caller -> router hop, servicer, relay
+    servicer = t.get("servicer_ms", float("nan"))
     return {
         "admit (limits, overlaps the decision)": t["admit_ms"],
         "state read (session, versions)": t["state_read_ms"],
@@ -894,9 +896,9 @@ def added_breakdown(turn: Turn, plain: Turn) -> dict[str, float]:
         "placement (render, tokenize, hash, store read, scorers)": t["placement_ms"],
         "route total (decision + placement)": route_ms,
         "router -> specialist hop": upstream - plain.ttft_s * 1000,
-        "caller -> router hop, servicer, relay": turn.ttft_s * 1000 - route_ms - upstream,
-        "  of which the servicer (around the route)": t.get("servicer_ms", float("nan")),
-        "  of which gRPC's transit in and out": turn.ttft_s * 1000 - route_ms - upstream - t.get("servicer_ms", float("nan")),
+        "caller -> router hop, servicer, relay": outside_route,
+        "  of which the servicer (around the route)": servicer,
+        "  of which gRPC's transit in and out": outside_route - servicer,
         "added (paired)": added,
     }
 
