@@ -252,6 +252,55 @@ async def test_with_every_replica_publishing_the_approximate_index_stays_out_of_
         await core.aclose()
 
 
+async def test_placement_reads_engine_truth_from_its_own_copy_with_no_store_read_in_its_path(tokenizer,
+                                                                                          engines) -> None:
+    """Each router applies every replica's events itself, so its in-process copy of the index says what the store
+    says (the same depths for every replica, evictions included). While every replica publishes, a request whose
+    head a replica holds is placed on that copy and on the shared counts kept in process: no store read in its
+    path (the counts are renewed in the background)."""
+    store = MemoryStore()
+    core = make_core(tokenizer, engines, store)
+    reads: list[str] = []
+    for name in ("hgetall_many", "hgetall_many_and_depths", "hgetall_many_depths_and_claims"):
+        def counted(*args, _name=name, _call=getattr(store, name), **kwargs):
+            reads.append(_name)
+            return _call(*args, **kwargs)
+        setattr(store, name, counted)
+    try:
+        await following(core)
+        request = conversation("the harbour fees of the spring season")
+        holder = REPLICAS[1]
+        before = core.kv_writer.applied
+        engines.serve(holder, tokens_of(core, request))
+        await settle(core, before)
+        preq = core.placement_request(RouteRequest(request, request_id="r"), "chat")
+        assert preq.approximate is False and preq.kv_keys
+        rows = await store.hgetall_many([KEY_PREFIX + k for k in preq.kv_keys])
+        (epochs,) = await store.hgetall_many([EPOCH_KEY])
+        local = core.kv_writer.depths(preq.kv_keys)
+        assert local == matched_depths(rows, epochs) and local[holder] == len(preq.kv_keys)
+
+        await place(core, request)  # nothing kept yet: the counts are read inline, once
+        reads.clear()
+        inline = core.snapshots.counts.inline_reads
+        route = await place(core, request)
+        assert route.replica == holder and route.index_source == "engine"
+        assert route.predicted_cached_tokens == len(preq.kv_keys) * preq.block_tokens
+        assert core.snapshots.counts.inline_reads == inline
+        assert "hgetall_many_and_depths" not in reads and "hgetall_many_depths_and_claims" not in reads
+
+        before = core.kv_writer.applied  # other prompts evict it: the copy follows the engine's removals
+        for i in range(12):
+            engines.serve(holder, tokens_of(core, conversation(f"invoice batch {i} " * 30)))
+        await settle(core, before)
+        rows = await store.hgetall_many([KEY_PREFIX + k for k in preq.kv_keys])
+        (epochs,) = await store.hgetall_many([EPOCH_KEY])
+        local = core.kv_writer.depths(preq.kv_keys)
+        assert local == matched_depths(rows, epochs) and local[holder] < len(preq.kv_keys)
+    finally:
+        await core.aclose()
+
+
 DOC = "Berth schedule: " + " ".join(f"vessel {i} docks at quay {i % 7} on day {i % 5}." for i in range(20))
 """An application's long head (about 560 tokens with the system prompt), shared by every session of it."""
 

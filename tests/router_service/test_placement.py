@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from macaron.router.placement import PlacementProfile, PlacementRequest, Snapshot, WeightedScorer, build_profile
@@ -14,6 +16,7 @@ from macaron.router.placement.scorers import (
     SessionScorer,
     SessionSpreadScorer,
 )
+from macaron.router.placement.shared_counts import SharedCounts
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.placement.types import NoReplicaError
 from macaron.router.prefix_index import PrefixIndex, block_hashes, block_keys, matched_blocks, now_ms
@@ -127,6 +130,34 @@ async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_
     await two.placed_session(B)
     assert (await one.read(req)).sessions == {A: 2, B: 1} == (await two.read(req)).sessions
     assert (await one.read(req, with_load=False)).sessions == {}  # round robin reads nothing of it
+
+
+async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_routers_own() -> None:
+    """Engine truth read in process (`local_depths`), load and spread from kept rows: a read within `refresh_s`
+    takes them as they are, a later one starts one background renewal (the request does not wait for it), rows
+    older than `max_age_s` are read inline; this router's own sessions count at once and after their write."""
+    store = MemoryStore()
+    counts = SharedCounts(store, refresh_s=0.05, max_age_s=0.5)
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
+                         local_depths=lambda keys: {A: len(keys), B: 0})
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
+    req = PlacementRequest("chat", ("h",), kv_keys=("k1", "k2"), block_tokens=16, approximate=False)
+    first = await one.read(req)
+    assert first.prefix == {A: 2, B: 0} and first.precise == {A, B} and first.predicted_tokens[A] == 32
+    assert counts.inline_reads == 1 and first.sessions == {}
+    await two.placed_session(B)
+    await one.placed_session(A)  # landed after the kept rows were read: still counted
+    assert (await one.read(req)).sessions == {A: 1}  # two's session is not in the kept rows yet
+    assert counts.inline_reads == 1 and counts.background_reads == 0
+    await asyncio.sleep(0.06)
+    assert (await one.read(req)).sessions == {A: 1}  # old enough to renew: this read starts it, does not wait
+    await asyncio.sleep(0.01)
+    assert counts.background_reads == 1 and counts.inline_reads == 1
+    assert (await one.read(req)).sessions == {A: 1, B: 1}  # renewed: both, each once
+    await asyncio.sleep(0.55)
+    await one.read(req)  # the router was idle: too old to place on, read inline
+    assert counts.inline_reads == 2
+    await counts.aclose()
 
 
 def test_prefix_home_scorer_is_the_same_everywhere_and_spreads_heads() -> None:

@@ -56,6 +56,7 @@ from macaron.router.decision import (
 from macaron.kv_events.wire import lora_id_for
 from macaron.router.judge import Judge
 from macaron.router.kv_index.index import KVIndexWriter
+from macaron.router.placement.shared_counts import SharedCounts
 from macaron.router.kv_index.keys import block_keys_of_tokens
 from macaron.router.kv_index.pending import PendingClaims, holds_head, with_claims
 from macaron.router.kv_index.subscriber import KVEventFollower
@@ -293,9 +294,6 @@ class RoutingCore:
         """Head claims (prefix_affinity with the KV-cache index): sessions that start together meet on one replica."""
         if settings.kv_events.enabled and discovery is not None and self.policy == "prefix_affinity":
             self.pending = PendingClaims(self.cache_store, ttl_s=head.pending_ttl_s, max_blocks=head.pending_max_blocks)
-        self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
-                                        index=self.prefix_index, spread_window_s=settings.spread_window_s,
-                                        pending=self.pending)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
             settings.lifecycle, store,
@@ -304,6 +302,12 @@ class RoutingCore:
         )
         kv = settings.kv_events
         self.kv_writer = KVIndexWriter(self.cache_store, block_size=kv.block_size, entry_ttl_s=kv.entry_ttl_s)
+        self.snapshots = SnapshotReader(self.cache_store, self.tracker, prefix_ttl_s=settings.prefix_ttl_s,
+                                        index=self.prefix_index, spread_window_s=settings.spread_window_s,
+                                        pending=self.pending, local_depths=self.kv_writer.depths,
+                                        head_min_share=head.min_share,
+                                        counts=SharedCounts(self.cache_store, refresh_s=settings.counts_refresh_s,
+                                                            max_age_s=settings.counts_max_age_s))
         self.kv_follower: KVEventFollower | None = None
         if kv.enabled and discovery is not None and self.policy == "prefix_affinity":
             self.kv_follower = KVEventFollower(kv, self.kv_writer, self.replicas, server_info or self._server_info,
@@ -337,6 +341,8 @@ class RoutingCore:
             await self.kv_follower.aclose()
         if self._background:
             await asyncio.wait(self._background, timeout=2.0)
+        if self.snapshots.counts is not None:
+            await self.snapshots.counts.aclose()
         await self.tracker.stop()
         await self.versions.aclose()
         if self.judge is not None:

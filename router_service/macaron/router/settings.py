@@ -240,6 +240,17 @@ class RouterSettings(BaseModel):
     )
     load_heartbeat_s: float = Field(2.0, description="How often this router republishes its in-flight counts.")
     load_stale_s: float = Field(10.0, description="In-flight counts of a router silent this long are ignored.")
+    counts_refresh_s: float = Field(
+        0.02,
+        description="Placement reads every router's load and the session spread from rows kept in process; while "
+        "requests arrive, rows older than this are read again in the background (routers publish their load at "
+        "most every 20 ms, so a read per request would be no fresher) ...",
+    )
+    counts_max_age_s: float = Field(
+        1.0,
+        description="... and rows older than this (the router was idle) are read inline, in the request's path. 0: "
+        "every request reads them itself.",
+    )
     store_retry_s: float = Field(
         1.0, description="While Redis is unreachable, it is skipped and probed again after this many seconds."
     )

@@ -61,6 +61,42 @@ class ReplicaState:
     """A block size other than ours was seen (its events cannot be indexed)."""
     stale: bool = False
     """A write failed (store down): the next batch starts a new epoch instead of trusting a partial index."""
+    resident: dict[str, int] = field(default_factory=dict)
+    """Index key (hex) → how many of the replica's engine blocks hold it: the blocks of `keys`, by key, so
+    placement reads residency in process (`KVIndexWriter.depths`) with no store round trip."""
+
+    def hold(self, engine_hash: EngineHash, key: bytes) -> None:
+        old = self.keys.get(engine_hash)
+        if old is not None:
+            self.drop(engine_hash)
+        self.keys[engine_hash] = key
+        name = key.hex()
+        self.resident[name] = self.resident.get(name, 0) + 1
+
+    def drop(self, engine_hash: EngineHash) -> bytes | None:
+        key = self.keys.pop(engine_hash, None)
+        if key is not None:
+            name = key.hex()
+            left = self.resident.get(name, 0) - 1
+            if left > 0:
+                self.resident[name] = left
+            else:
+                self.resident.pop(name, None)
+        return key
+
+    def forget(self) -> None:
+        self.keys.clear()
+        self.resident.clear()
+
+    def depth(self, kv_keys: Sequence[str]) -> int:
+        """How many of `kv_keys`, from the first, the replica holds."""
+        held = self.resident
+        n = 0
+        for key in kv_keys:
+            if key not in held:
+                break
+            n += 1
+        return n
 
 
 class KVIndexWriter:
@@ -86,12 +122,14 @@ class KVIndexWriter:
             state.epoch = epoch.decode()
             for h, key in names.items():
                 try:
-                    state.keys[int(h)] = bytes.fromhex(key.decode())
+                    value = bytes.fromhex(key.decode())
+                    engine_hash: EngineHash = int(h)
                 except ValueError:
                     try:
-                        state.keys[bytes.fromhex(h)] = bytes.fromhex(key.decode())
+                        value, engine_hash = bytes.fromhex(key.decode()), bytes.fromhex(h)
                     except ValueError:
                         continue
+                state.hold(engine_hash, value)
         else:
             name = f"start-{started_at:.3f}" if started_at is not None else f"join-{int(now // 10) * 10}"
             await self._new_epoch(replica, state, name)
@@ -105,9 +143,15 @@ class KVIndexWriter:
         await self.store.delete(map_key(replica))
         await self.store.hset(EPOCH_KEY, {replica: f"left-{now:.6f}".encode()}, EPOCH_TTL_S)
 
+    def depths(self, kv_keys: Sequence[str]) -> dict[str, int]:
+        """{replica: blocks of `kv_keys` it holds from the first} for every replica this writer follows: what
+        `matched_depths` reads from the store, from this process's own copy of the same events (each router
+        applies every replica's events itself, so its copy is the store's truth without the round trip)."""
+        return {replica: state.depth(kv_keys) for replica, state in self.replicas.items() if state.epoch}
+
     async def _new_epoch(self, replica: str, state: ReplicaState, epoch: str) -> None:
         state.epoch = epoch
-        state.keys.clear()
+        state.forget()
         self.resets += 1
         await self.store.delete(map_key(replica))
         await self.store.hset(EPOCH_KEY, {replica: epoch.encode()}, EPOCH_TTL_S)
@@ -147,7 +191,9 @@ class KVIndexWriter:
             elif isinstance(event, BlockRemoved):
                 gone = [h for h in event.block_hashes if h in state.keys]
                 for h in gone:
-                    ops.append(("del", KEY_PREFIX + state.keys.pop(h).hex(), [replica]))
+                    key = state.drop(h)
+                    if key is not None:
+                        ops.append(("del", KEY_PREFIX + key.hex(), [replica]))
                     names.pop(_hash_field(h), None)
                 if gone:
                     ops.append(("del", map_key(replica), [_hash_field(h) for h in gone]))
@@ -178,7 +224,7 @@ class KVIndexWriter:
             if len(chunk) < size:
                 break
             previous = next_key(previous, chunk)
-            state.keys[h] = previous
+            state.hold(h, previous)
             names[_hash_field(h)] = previous.hex().encode()
             ops.append(("set", KEY_PREFIX + previous.hex(), {replica: epoch}))
         return ops

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
-from typing import Awaitable, Mapping
+from collections import Counter, deque
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from macaron.router.kv_index.index import EPOCH_KEY
 from macaron.router.kv_index.keys import KEY_PREFIX as KV_PREFIX
 from macaron.router.kv_index.pending import PendingClaims
+from macaron.router.placement.shared_counts import SharedCounts
 from macaron.router.placement.types import PlacementRequest, Snapshot
 from macaron.router.prefix_index import PrefixIndex, block_keys, matched_blocks, now_ms
 from macaron.store import Store, StoreUnavailableError
@@ -135,13 +136,25 @@ class SnapshotReader:
 
     def __init__(self, store: Store, tracker: LoadTracker, *, prefix_ttl_s: float,
                  index: PrefixIndex | None = None, spread_window_s: float = 300.0,
-                 pending: PendingClaims | None = None) -> None:
+                 pending: PendingClaims | None = None, counts: SharedCounts | None = None,
+                 local_depths: Callable[[Sequence[str]], dict[str, int]] | None = None,
+                 head_min_share: float = 1.0) -> None:
         self.store = store
+        self.counts = counts
+        """Load and spread rows kept in process (None: read with every request)."""
+        self.local_depths = local_depths
+        """This process's copy of the KV-cache index (`KVIndexWriter.depths`): read instead of the store's when a
+        request's replicas all publish events (`PlacementRequest.approximate` off)."""
+        self.head_min_share = head_min_share
+        """Claims are read only while no replica holds this share of the prompt (`with_claims` ignores them then)."""
         self.pending = pending
         """Pending head claims, read with the KV index's depths (None: not read)."""
         self.spread_window_s = spread_window_s
         self.spread_local: Counter[str] = Counter()
         """Sessions this router placed whose count is not in the store yet (added to what the store says)."""
+        self._landed: deque[tuple[float, str]] = deque()
+        """(when its write landed, monotonic; replica) of this router's session counts: still added to rows read
+        before that (the shared counts' rows are kept a while), dropped once newer rows are in."""
         self.tracker = tracker
         self.prefix_ttl_s = prefix_ttl_s
         self.index = index
@@ -184,6 +197,8 @@ class SnapshotReader:
         blocks (unless `request.approximate` is off: engine truth covers every replica): one round trip."""
         hashes, kv = request.block_hashes, request.kv_keys
         now = now_ms()
+        if self.local_depths is not None and kv and not request.approximate:
+            return await self._read_local(request, now, with_load)
         spread = list(spread_keys(now, self.spread_window_s)) if with_load else []
         head = ([LOAD_KEY] if with_load else []) + spread
         keys = head + (block_keys(hashes) if request.approximate else [])
@@ -191,6 +206,7 @@ class SnapshotReader:
             return Snapshot(down=self.down())
         claims: Mapping[str, int] = {}
         claim_keys = self.pending.keys(kv) if self.pending is not None and kv else []
+        rows_at = time.monotonic()
         try:
             if claim_keys:  # the depths and the claims are counted by the store: one small reply
                 rows, precise, claims = await self.store.hgetall_many_depths_and_claims(
@@ -208,7 +224,7 @@ class SnapshotReader:
                             prefix_share=share, predicted_tokens=predicted, sessions=dict(self.spread_local),
                             claimed=self.pending.merge(kv, {}) if claim_keys and self.pending else {})
         load = self.tracker.merge(rows[0], now) if with_load else {}
-        sessions: Counter[str] = Counter(self.spread_local)
+        sessions = self._own_sessions(rows_at)
         for row in rows[1:1 + len(spread)]:
             for replica, value in row.items():
                 sessions[replica] += _stamp(value)
@@ -231,6 +247,63 @@ class SnapshotReader:
             claimed=self.pending.merge(kv, claims) if claim_keys and self.pending else {},
         )
 
+    async def _read_local(self, request: PlacementRequest, now: int, with_load: bool) -> Snapshot:
+        """Engine truth from this process's copy of the index, load and spread from the shared counts' rows (kept
+        in process, renewed beside the traffic), and the store only for what no copy holds: the head's pending
+        claims, while no replica holds the head, and the counts when they are too old. Most requests make no
+        store round trip at all."""
+        assert self.local_depths is not None
+        hashes, kv = request.block_hashes, request.kv_keys
+        precise = self.local_depths(kv)
+        known = self.index.overlay(hashes, ()) if self.index is not None else ()
+        approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
+        approx = {r: n for r, n in approx.items() if r not in precise}
+        share, predicted = self._estimates(request, approx, precise)
+        claim_keys: list[str] = []
+        if (self.pending is not None and request.session_replica is None
+                and not any(v >= self.head_min_share for v in share.values())):
+            claim_keys = self.pending.keys(kv)
+        keys = [LOAD_KEY, *spread_keys(now, self.spread_window_s)] if with_load else []
+        rows = self.counts.cached(keys) if self.counts is not None and keys else None
+        claims: Mapping[str, int] = {}
+        degraded = False
+        try:
+            if claim_keys:  # one round trip: the claims, and the counts too when they are too old
+                wanted = keys if rows is None else []
+                at = time.monotonic()
+                fresh, _, claims = await self.store.hgetall_many_depths_and_claims(wanted, EPOCH_KEY, [], claim_keys)
+                if wanted:
+                    rows = fresh
+                    if self.counts is not None:
+                        self.counts.put(wanted, fresh, at)
+            elif rows is None and keys:
+                rows = (await self.counts.read(keys) if self.counts is not None
+                        else await self.store.hgetall_many(keys))
+        except StoreUnavailableError:
+            degraded, rows = True, None
+        load: dict[str, int] = {}
+        sessions = self._own_sessions(self.counts.read_at if self.counts is not None and not degraded
+                                      else time.monotonic())
+        if degraded:
+            load = {r: n for r, n in self.tracker.local.items() if n}
+        elif rows:
+            load = self.tracker.merge(rows[0], now)
+            for row in rows[1:]:
+                for replica, value in row.items():
+                    sessions[replica] += _stamp(value)
+        return Snapshot(
+            load=load,
+            prefix={**approx, **precise},
+            total_blocks=len(hashes),
+            down=self.down(),
+            degraded=degraded,
+            precise=frozenset(precise),
+            prefix_share=share,
+            predicted_tokens=predicted,
+            sessions=dict(sessions),
+            claimed=self.pending.merge(kv, claims) if claim_keys and self.pending is not None else {},
+        )
+
     def placed_session(self, replica: str) -> Awaitable[None]:
         """A session was placed on `replica` (its first turn, or it moved): counted in the current window, here
         at once (the next read sees it before the store does); the returned write counts it in the store."""
@@ -245,6 +318,23 @@ class SnapshotReader:
             self.spread_local[replica] -= 1
             if self.spread_local[replica] <= 0:
                 del self.spread_local[replica]
+            self._landed.append((time.monotonic(), replica))
+
+    def _own_sessions(self, rows_at: float) -> Counter[str]:
+        """This router's session counts that rows read at `rows_at` (monotonic, when the read was sent) lack: those
+        not written yet, and those written since. Rows read before a write was sent may count it twice for one
+        refresh; that errs towards spreading, never towards piling sessions up."""
+        landed = self._landed
+        horizon = rows_at  # older writes are in these rows, and in any kept rows still young enough to be used
+        if self.counts is not None:
+            horizon = min(rows_at, max(self.counts.read_at, time.monotonic() - self.counts.max_age_s))
+        while landed and landed[0][0] < horizon:
+            landed.popleft()
+        out: Counter[str] = Counter(self.spread_local)
+        for at, replica in landed:
+            if at >= rows_at:
+                out[replica] += 1
+        return out
 
     @staticmethod
     def _estimates(request: PlacementRequest, approx: Mapping[str, int], precise: Mapping[str, int]

@@ -59,7 +59,8 @@ class Snapshot:
     down: frozenset[str] = frozenset()
     """Replicas this router saw fail recently."""
     degraded: bool = False
-    """The shared store did not answer: load is this router's own, prefix is empty."""
+    """The shared store did not answer: load is this router's own, prefix is what this process knows (its own
+    copy of the engines' events, its own recent placements)."""
     blocks_seen: tuple[Mapping[str, bytes], ...] = ()
     """The store's raw entries of the request's blocks (lets the index skip fresh writes)."""
     precise: frozenset[str] = frozenset()

@@ -1,0 +1,94 @@
+"""Every router's load and session spread, kept in process and refreshed beside the traffic, not in its path.
+
+Placement needs two shared counts besides the KV-cache index: the in-flight requests of every router on each
+replica (`load`) and the sessions placed on each replica in the recent windows (`spread:<n>`). Each router
+publishes its own load at most every 20 ms (`LoadTracker.coalesce_s`), so a read per request buys no fresher
+figures than one read every few tens of milliseconds, yet it puts a store round trip in front of every first
+token. Here the rows are read at most every `refresh_s` while requests arrive (stale-while-revalidate: a
+request takes the rows it finds and, when they are older than `refresh_s`, starts one read in the background
+for the next request), and inline only when they are older than `max_age_s` (the router was idle) or the
+spread window turned. This router's own counts are always added live (`LoadTracker.merge`,
+`SnapshotReader.spread_local`), so its own recent placements are never missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Sequence
+
+from macaron.store import Store, StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+class SharedCounts:
+    """The last rows read of a fixed list of hashes, their age, and the one background read that renews them."""
+
+    def __init__(self, store: Store, *, refresh_s: float, max_age_s: float) -> None:
+        self.store = store
+        self.refresh_s = refresh_s
+        self.max_age_s = max_age_s
+        """0: no cache, every request reads the rows itself."""
+        self._keys: tuple[str, ...] = ()
+        self._rows: list[dict[str, bytes]] = []
+        self._at = float("-inf")
+        self._refreshing: asyncio.Task[None] | None = None
+        self.background_reads = 0
+        self.inline_reads = 0
+
+    @property
+    def read_at(self) -> float:
+        """When the kept rows' read was sent (monotonic; -inf before the first)."""
+        return self._at
+
+    def cached(self, keys: Sequence[str]) -> list[dict[str, bytes]] | None:
+        """The rows of `keys` if they are young enough to place on (None: read them inline), and starts a
+        background read when they are older than `refresh_s`."""
+        if self.max_age_s <= 0 or tuple(keys) != self._keys:
+            return None
+        age = time.monotonic() - self._at
+        if age > self.max_age_s:
+            return None
+        if age > self.refresh_s:
+            self._renew(keys)
+        return self._rows
+
+    def put(self, keys: Sequence[str], rows: list[dict[str, bytes]], at: float) -> None:
+        """Rows read at `at` (monotonic, when the read was sent); an older read never replaces a newer one."""
+        if tuple(keys) == self._keys and at <= self._at:
+            return
+        self._keys, self._rows, self._at = tuple(keys), rows, at
+
+    async def read(self, keys: Sequence[str]) -> list[dict[str, bytes]]:
+        """Reads the rows now (the caller waits), and keeps them."""
+        at = time.monotonic()
+        rows = await self.store.hgetall_many(keys)
+        self.inline_reads += 1
+        self.put(keys, rows, at)
+        return rows
+
+    def _renew(self, keys: Sequence[str]) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        self._refreshing = asyncio.get_running_loop().create_task(self._background(list(keys)),
+                                                                  name="placement-counts")
+
+    async def _background(self, keys: list[str]) -> None:
+        at = time.monotonic()
+        try:
+            rows = await self.store.hgetall_many(keys)
+        except StoreUnavailableError:
+            return  # the rows age out; the next inline read degrades the request as before
+        except Exception:  # noqa: BLE001 - a failed refresh only leaves the rows older
+            log.exception("refreshing the placement counts failed")
+            return
+        self.background_reads += 1
+        self.put(keys, rows, at)
+
+    async def aclose(self) -> None:
+        task = self._refreshing
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
