@@ -549,10 +549,15 @@ class RoutingCore:
         return specialist, self.versions.choose(state, None, key).version
 
     def _read_ahead(self, req: RouteRequest, guess: tuple[str, str]
-                    ) -> tuple[PlacementRequest, asyncio.Task[Snapshot]]:
+                    ) -> tuple[PlacementRequest, asyncio.Future[Snapshot]]:
         """Starts the placement read for the guess, so it overlaps the session read and the decision
         (one store round trip of latency instead of two); `route` uses it only if the guess was right."""
         preq = self.placement_request(req, guess[0], guess[1])
+        now = self.snapshots.read_at_once(preq, with_load=True)
+        if now is not None:  # nothing to wait for: no task, no turn of the event loop
+            done: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
+            done.set_result(now)
+            return preq, done
         task = asyncio.ensure_future(self.snapshots.read(preq, with_load=True))
         task.add_done_callback(_consume)
         return preq, task
@@ -610,7 +615,9 @@ class RoutingCore:
         else:
             preq = dataclasses.replace(self.placement_request(req, decision.specialist, version),
                                        session_replica=session_replica)
-            snapshot = await self.snapshots.read(preq, with_load=self.policy != "round_robin")
+            with_load = self.policy != "round_robin"
+            snapshot = (self.snapshots.read_at_once(preq, with_load=with_load)
+                        or await self.snapshots.read(preq, with_load=with_load))
         if self.policy == "prefix_affinity":
             inventory = self.versions.inventory
             capacity = self.kv_follower.capacity if self.kv_follower is not None else {}

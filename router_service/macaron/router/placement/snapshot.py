@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping, Sequence
 
 from macaron.router.kv_index.index import EPOCH_KEY
@@ -41,6 +42,22 @@ def _stamp(value: bytes | None) -> int:
         return int(value) if value is not None else 0
     except ValueError:
         return 0
+
+
+@dataclass(slots=True)
+class _LocalPlan:
+    """What a placement read from this process's copies knows before any store call, and what it still needs."""
+
+    now: int
+    precise: dict[str, int]
+    approx: dict[str, int]
+    share: dict[str, float]
+    predicted: dict[str, int]
+    claim_keys: list[str]
+    keys: list[str]
+    """The shared counts' hashes (none for round robin)."""
+    rows: list[dict[str, bytes]] | None
+    """Their kept rows, when young enough; None: to be read."""
 
 
 class LoadTracker:
@@ -247,11 +264,17 @@ class SnapshotReader:
             claimed=self.pending.merge(kv, claims) if claim_keys and self.pending else {},
         )
 
-    async def _read_local(self, request: PlacementRequest, now: int, with_load: bool) -> Snapshot:
-        """Engine truth from this process's copy of the index, load and spread from the shared counts' rows (kept
-        in process, renewed beside the traffic), and the store only for what no copy holds: the head's pending
-        claims, while no replica holds the head, and the counts when they are too old. Most requests make no
-        store round trip at all."""
+    def read_at_once(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot | None:
+        """The snapshot, when it needs no store call (engine truth in process, the shared counts kept and young
+        enough, no claims to read): computed here, without a task or a turn of the event loop. None: `read`."""
+        if self.local_depths is None or not request.kv_keys or request.approximate:
+            return None
+        plan = self._local_plan(request, now_ms(), with_load)
+        if plan.claim_keys or (plan.rows is None and plan.keys):
+            return None
+        return self._local_snapshot(request, plan, {}, degraded=False)
+
+    def _local_plan(self, request: PlacementRequest, now: int, with_load: bool) -> _LocalPlan:
         assert self.local_depths is not None
         hashes, kv = request.block_hashes, request.kv_keys
         precise = self.local_depths(kv)
@@ -265,43 +288,56 @@ class SnapshotReader:
             claim_keys = self.pending.keys(kv)
         keys = [LOAD_KEY, *spread_keys(now, self.spread_window_s)] if with_load else []
         rows = self.counts.cached(keys) if self.counts is not None and keys else None
+        return _LocalPlan(now, precise, approx, share, predicted, claim_keys, keys, rows)
+
+    async def _read_local(self, request: PlacementRequest, now: int, with_load: bool) -> Snapshot:
+        """Engine truth from this process's copy of the index, load and spread from the shared counts' rows (kept
+        in process, renewed beside the traffic), and the store only for what no copy holds: the head's pending
+        claims, while no replica holds the head, and the counts when they are too old. Most requests make no
+        store round trip at all."""
+        plan = self._local_plan(request, now, with_load)
         claims: Mapping[str, int] = {}
-        degraded = False
         try:
-            if claim_keys:  # one round trip: the claims, and the counts too when they are too old
-                wanted = keys if rows is None else []
+            if plan.claim_keys:  # one round trip: the claims, and the counts too when they are too old
+                wanted = plan.keys if plan.rows is None else []
                 at = time.monotonic()
-                fresh, _, claims = await self.store.hgetall_many_depths_and_claims(wanted, EPOCH_KEY, [], claim_keys)
+                fresh, _, claims = await self.store.hgetall_many_depths_and_claims(wanted, EPOCH_KEY, [],
+                                                                                   plan.claim_keys)
                 if wanted:
-                    rows = fresh
+                    plan.rows = fresh
                     if self.counts is not None:
                         self.counts.put(wanted, fresh, at)
-            elif rows is None and keys:
-                rows = (await self.counts.read(keys) if self.counts is not None
-                        else await self.store.hgetall_many(keys))
+            elif plan.rows is None and plan.keys:
+                plan.rows = (await self.counts.read(plan.keys) if self.counts is not None
+                             else await self.store.hgetall_many(plan.keys))
         except StoreUnavailableError:
-            degraded, rows = True, None
+            return self._local_snapshot(request, plan, {}, degraded=True)
+        return self._local_snapshot(request, plan, claims, degraded=False)
+
+    def _local_snapshot(self, request: PlacementRequest, plan: _LocalPlan, claims: Mapping[str, int], *,
+                        degraded: bool) -> Snapshot:
         load: dict[str, int] = {}
         sessions = self._own_sessions(self.counts.read_at if self.counts is not None and not degraded
                                       else time.monotonic())
         if degraded:
             load = {r: n for r, n in self.tracker.local.items() if n}
-        elif rows:
-            load = self.tracker.merge(rows[0], now)
-            for row in rows[1:]:
+        elif plan.rows:
+            load = self.tracker.merge(plan.rows[0], plan.now)
+            for row in plan.rows[1:]:
                 for replica, value in row.items():
                     sessions[replica] += _stamp(value)
+        kv = request.kv_keys
         return Snapshot(
             load=load,
-            prefix={**approx, **precise},
-            total_blocks=len(hashes),
+            prefix={**plan.approx, **plan.precise},
+            total_blocks=len(request.block_hashes),
             down=self.down(),
             degraded=degraded,
-            precise=frozenset(precise),
-            prefix_share=share,
-            predicted_tokens=predicted,
+            precise=frozenset(plan.precise),
+            prefix_share=plan.share,
+            predicted_tokens=plan.predicted,
             sessions=dict(sessions),
-            claimed=self.pending.merge(kv, claims) if claim_keys and self.pending is not None else {},
+            claimed=self.pending.merge(kv, claims) if plan.claim_keys and self.pending is not None else {},
         )
 
     def placed_session(self, replica: str) -> Awaitable[None]:
