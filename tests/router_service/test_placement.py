@@ -16,6 +16,7 @@ from macaron.router.placement.scorers import (
     SessionScorer,
     SessionSpreadScorer,
 )
+from macaron.router.kv_index.pending import PendingClaims
 from macaron.router.placement.shared_counts import SharedCounts
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.placement.types import NoReplicaError
@@ -158,6 +159,29 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     await one.read(req)  # the router was idle: too old to place on, read inline
     assert counts.inline_reads == 2
     await counts.aclose()
+
+
+async def test_engine_truth_in_process_asks_the_store_only_for_claims_while_no_replica_holds_the_head() -> None:
+    """The one store call left on the path: another router's claim on a head no engine reported yet (read with the
+    counts when those are too old). Once an engine holds the head, or for a session's turn, nothing is read."""
+    store = MemoryStore()
+    counts = SharedCounts(store, refresh_s=10, max_age_s=10)
+    depths = {A: 0, B: 0}
+    reader = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
+                            pending=PendingClaims(store, ttl_s=20, max_blocks=4), head_min_share=0.5,
+                            local_depths=lambda keys: dict(depths))
+    await PendingClaims(store, ttl_s=20, max_blocks=4).claim(("k1", "k2"), B)  # another router's claim
+    req = PlacementRequest("chat", kv_keys=("k1", "k2"), block_tokens=16, approximate=False)
+    assert reader.read_at_once(req) is None  # a claim to read
+    snap = await reader.read(req)
+    assert snap.claimed == {B: 2} and counts.inline_reads == 0 and counts.read_at > float("-inf")
+    depths[A] = 2  # an engine reported the head: the truth decides, no claim is read
+    snap = reader.read_at_once(req)
+    assert snap is not None and snap.claimed == {} and snap.prefix == {A: 2, B: 0}
+    depths[A] = 0
+    turn = PlacementRequest("chat", kv_keys=("k1", "k2"), session_replica=A, approximate=False)
+    snap = reader.read_at_once(turn)
+    assert snap is not None and snap.claimed == {}  # a session's turn stays with its replica: claims unread
 
 
 def test_prefix_home_scorer_is_the_same_everywhere_and_spreads_heads() -> None:
