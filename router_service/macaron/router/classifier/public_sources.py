@@ -3,8 +3,8 @@
 Why: a register that only one source represents breaks when that source is held out (grade-school
 math, terse code questions, voice-assistant requests). These repositories add a second or third
 source to each register (Stack Overflow titles and search queries for `code`, search-box questions
-about the world for `chat`, orders through an API for `agent`), and real follow-up turns and tool
-loops for the multi-turn data.
+about the world for `chat`, orders through an API for `agent`, short page and component descriptions
+for `ui`), and real follow-up turns and tool loops for the multi-turn data.
 
     # check out each repository of SOURCES at its commit into ROOT/<owner>/<name>, then
     python -m macaron.router.classifier.public_sources --root ROOT [--data-dir DIR]
