@@ -183,3 +183,28 @@ def test_a_pickle_that_names_a_callable_is_refused(tmp_path: Path) -> None:
     (repository / ps.STAQC_SQL).write_bytes(pickle.dumps({1: Path("x")}))
     with pytest.raises(pickle.UnpicklingError):
         list(ps.staqc_sql(repository))
+
+
+def test_generative_ui_prompts_keep_only_lines_that_name_a_ui(tmp_path: Path) -> None:
+    repository = tmp_path / "src" / "prp-e" / "generative_ui_prompts"
+    repository.mkdir(parents=True)
+    (repository / "prompts.md").write_text(
+        "- A search bar with a magnifying glass icon.\n"
+        "- A wellness-centered blog post outlining effective stress management techniques.\n"
+        "- A farm-to-table marketing firm connecting farmers with local markets\n"
+        "- A contact form\n"
+        "- A UI\n", encoding="utf-8")
+    (repository / "prompts_old.md").write_text(
+        "1. A mobile app for tracking and reducing energy consumption at home\n"
+        "2. A remote team collaboration tool with video conferencing\n"
+        "3. A contact form\n", encoding="utf-8")
+    (repository / "prompt_generator.md").write_text(
+        "# Prompt Generator\n\nHello ChatGPT.\n\n* A SaaS admin dashboard with a sidebar, a few key metric cards, "
+        "and a report table.\n", encoding="utf-8")
+    found = {r["text"]: r for r in ps.rows(tmp_path / "src")}
+    assert set(found) == {"A search bar with a magnifying glass icon.", "A contact form",
+                          "A mobile app for tracking and reducing energy consumption at home",
+                          "A SaaS admin dashboard with a sidebar, a few key metric cards, and a report table."}
+    assert {r["label"] for r in found.values()} == {"ui"}
+    assert found["A contact form"]["source"] == "prp-e/generative_ui_prompts:prompts.md"  # once, where first seen
+    assert found["A contact form"]["license"] == "MIT"

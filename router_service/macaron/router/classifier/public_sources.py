@@ -3,8 +3,8 @@
 Why: a register that only one source represents breaks when that source is held out (grade-school
 math, terse code questions, voice-assistant requests). These repositories add a second or third
 source to each register (Stack Overflow titles and search queries for `code`, search-box questions
-about the world for `chat`, orders through an API for `agent`), and real follow-up turns and tool
-loops for the multi-turn data.
+about the world for `chat`, orders through an API for `agent`, short page and component descriptions
+for `ui`), and real follow-up turns and tool loops for the multi-turn data.
 
     # check out each repository of SOURCES at its commit into ROOT/<owner>/<name>, then
     python -m macaron.router.classifier.public_sources --root ROOT [--data-dir DIR]
@@ -347,6 +347,48 @@ def webbench_conversations(root: Path, window: int = 3) -> Iterator[Conversation
                 yield Conversation([{"role": "user", "content": t} for t in chunk], label, path, project)
 
 
+# --- short generative-UI requests (`ui`) ---------------------------------------------------------
+
+# A line is kept only when its head (the words before what it is for, with or of) names something built
+# on a screen; "A wellness-centered blog post outlining ...", "A remote team collaboration tool ..." or
+# "A vertical farming firm ..." name prose, a product or a business, which no UI word settles (a UI word
+# inside a compound, the "table" of "farm-to-table", does not count).
+_UI_PROMPT_HEAD = re.compile(
+    r"^(.*?)(?=\s(?:for|with|that|which|where|to|of|in|on|from|by|featuring|showcasing|displaying|dedicated|"
+    r"specializing|offering|providing|allowing|outlining|emphasizing|documenting|focusing|including|using|"
+    r"presenting|highlighting|listing|showing|containing)\b|[,.:;]|$)", re.I)
+_UI_WORD = re.compile(
+    r"(?<![\w-])(page|web ?page|website|site|landing|homepage|section|hero|header|footer|nav(?:bar|igation)?|menu|"
+    r"sidebar|(?:search|progress|tool|tab|status|nav|app) ?bar|button|toggle|switch|slider|checkbox|dropdown|"
+    r"form|input|card|modal|pop-?up|dialog|banner|tooltip|badge|table|grid|layout|dashboard|interface|ui|"
+    r"screen|component|widget|carousel|player|timeline|stepper|pagination|tabs|accordion|spinner|loader|"
+    r"avatar|login|sign-?up|sign-?in|app|window|panel|breadcrumbs?|toolbar|picker|uploader)(?![\w-])", re.I)
+_UI_PROMPT_LINE = re.compile(r"^\s*(?:[-*]|\d+\.)\s+(.*\S)\s*$")
+UI_PROMPT_FILES = ("prompts.md", "prompts_old.md", "prompt_generator.md")
+
+
+def _names_a_ui(text: str) -> bool:
+    head = _UI_PROMPT_HEAD.match(text)
+    return bool(head and _UI_WORD.search(head.group(1)))
+
+
+def generative_ui_prompts(root: Path) -> Iterator[Row]:
+    """Short descriptions of a page or component to generate ("A search bar with a magnifying glass icon.").
+
+    The bulleted and numbered lines of the repository's prompt lists: the hand-written examples of
+    prompt_generator.md and the lists ChatGPT wrote from them (prompts.md, prompts_old.md), each of them
+    a prompt for a Tailwind UI generator. Only lines whose head names a UI are kept (`_names_a_ui`)."""
+    for name in UI_PROMPT_FILES:
+        path = root / name
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            match = _UI_PROMPT_LINE.match(line)
+            text = _clean(match.group(1)) if match else ""
+            if 3 <= len(text.split()) <= 40 and _names_a_ui(text):
+                yield Row(text, "ui", name, text.lower())
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     repository: str
@@ -379,6 +421,8 @@ SOURCES: tuple[Source, ...] = (
            taskmaster4, 250, taskmaster4_conversations, 120, tools=True),
     Source("bytedance/web-bench", "32075f1582fb9eed483f47f2afdb01311148b2bd", "Apache-2.0", webbench, 400,
            webbench_conversations, 200),
+    Source("prp-e/generative_ui_prompts", "106542eb3cd832184bbc851a575f660bac43a7b8", "MIT",
+           generative_ui_prompts, 400),
 )
 
 
