@@ -134,11 +134,11 @@ async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_
 
 
 async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_routers_own() -> None:
-    """Engine truth read in process (`local_depths`), load and spread from kept rows that a background task renews
-    every `refresh_s` while requests come: a request places on them without a store call; rows older than
-    `max_age_s` (the router was idle) are read inline; this router's own sessions count at once and exactly once."""
+    """Engine truth read in process (`local_depths`), load and spread from kept rows: a request within `refresh_s`
+    takes them as they are, a later one starts one background read (and does not wait for it), rows older than
+    `max_age_s` are read inline; this router's own sessions count at once and exactly once."""
     store = MemoryStore()
-    counts = SharedCounts(store, refresh_s=0.05, max_age_s=0.5, idle_s=0.3)
+    counts = SharedCounts(store, refresh_s=0.05, max_age_s=0.5)
     one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
                          local_depths=lambda keys: {A: len(keys), B: 0})
     two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
@@ -148,13 +148,14 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     assert counts.inline_reads == 1 and first.sessions == {}
     await two.placed_session(B)
     await one.placed_session(A)  # landed after the kept rows were read: counted from this router's own
-    assert one.read_at_once(req).sessions.get(A) == 1
-    await asyncio.sleep(0.25)  # renewed in the background meanwhile
-    assert counts.background_reads >= 1
-    renewed = one.read_at_once(req)  # no store call: the kept rows
-    assert renewed is not None and renewed.sessions == {A: 1, B: 1}  # both, each once
-    assert counts.inline_reads == 1
-    await asyncio.sleep(1.0)  # idle: the renewing stopped, the rows grew too old to place on
+    assert one.read_at_once(req).sessions == {A: 1}  # two's session is not in the kept rows yet
+    assert counts.background_reads == 0
+    await asyncio.sleep(0.06)
+    assert one.read_at_once(req).sessions == {A: 1}  # old enough to renew: this one starts it, does not wait
+    await asyncio.sleep(0.01)
+    assert counts.background_reads == 1
+    assert one.read_at_once(req).sessions == {A: 1, B: 1}  # renewed: both, each once
+    await asyncio.sleep(0.55)  # nothing came: too old to place on, read inline
     assert one.read_at_once(req) is None
     await one.read(req)
     assert counts.inline_reads == 2

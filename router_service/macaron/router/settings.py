@@ -242,17 +242,15 @@ class RouterSettings(BaseModel):
     load_stale_s: float = Field(10.0, description="In-flight counts of a router silent this long are ignored.")
     counts_refresh_s: float = Field(
         0.025,
-        description="Placement reads every router's load and the session spread from rows kept in process, renewed "
-        "this often by a background read while requests come (routers publish their load at most every 20 ms, so a "
-        "read per request would be no fresher, and would put a store round trip before every first token) ...",
+        description="Placement reads every router's load and the session spread from rows kept in process: a request "
+        "places on them and, when they are older than this, starts one background read for the requests after it "
+        "(routers publish their load at most every 20 ms, so a read per request would be no fresher, and would put a "
+        "store round trip before every first token) ...",
     )
     counts_max_age_s: float = Field(
-        1.0,
-        description="... rows older than this (the store is slow, or the router was idle) are read inline, in the "
-        "request's path; 0: every request reads them itself ...",
-    )
-    counts_idle_s: float = Field(
-        10.0, description="... and the renewing stops after this long without a request (the next one restarts it)."
+        5.0,
+        description="... and rows older than this (nothing came for that long) are read inline, in the request's "
+        "path. 0: every request reads them itself.",
     )
     store_retry_s: float = Field(
         1.0, description="While Redis is unreachable, it is skipped and probed again after this many seconds."
