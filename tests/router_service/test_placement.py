@@ -138,7 +138,7 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     takes them as they are, a later one starts one background read (and does not wait for it), rows older than
     `max_age_s` are read inline; this router's own sessions count at once and exactly once."""
     store = MemoryStore()
-    counts = SharedCounts(store, refresh_s=0.05, max_age_s=0.5)
+    counts = SharedCounts(store, refresh_s=0.05, max_age_s=0.5, idle_refresh_s=0)
     one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
                          local_depths=lambda keys: {A: len(keys), B: 0})
     two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
@@ -159,6 +159,20 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     assert one.read_at_once(req) is None
     await one.read(req)
     assert counts.inline_reads == 2
+    await counts.aclose()
+
+
+async def test_kept_counts_stay_young_between_requests() -> None:
+    """Between requests a slow renewal keeps the rows at most `idle_refresh_s` old: the first request after a
+    pause places on them without a store call."""
+    store = MemoryStore()
+    counts = SharedCounts(store, refresh_s=0.02, max_age_s=0.3, idle_refresh_s=0.1)
+    reader = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
+                            local_depths=lambda keys: {A: 0, B: 0})
+    req = PlacementRequest("chat", ("h",), kv_keys=("k1",), approximate=False)
+    await reader.read(req)
+    await asyncio.sleep(0.6)  # no request for twice max_age_s
+    assert reader.read_at_once(req) is not None and counts.inline_reads == 1 and counts.background_reads >= 3
     await counts.aclose()
 
 

@@ -307,7 +307,8 @@ class RoutingCore:
                                         pending=self.pending, local_depths=self.kv_writer.depths,
                                         head_min_share=head.min_share,
                                         counts=SharedCounts(self.cache_store, refresh_s=settings.counts_refresh_s,
-                                                            max_age_s=settings.counts_max_age_s))
+                                                            max_age_s=settings.counts_max_age_s,
+                                                            idle_refresh_s=settings.counts_idle_refresh_s))
         self.kv_follower: KVEventFollower | None = None
         if kv.enabled and discovery is not None and self.policy == "prefix_affinity":
             self.kv_follower = KVEventFollower(kv, self.kv_writer, self.replicas, server_info or self._server_info,

@@ -247,10 +247,15 @@ class RouterSettings(BaseModel):
         "(routers publish their load at most every 20 ms, so a read per request would be no fresher, and would put a "
         "store round trip before every first token) ...",
     )
+    counts_idle_refresh_s: float = Field(
+        0.25,
+        description="... between requests, rows older than this are read again in the background, so the first request "
+        "after a pause does not wait for the store either (0: no renewal between requests) ...",
+    )
     counts_max_age_s: float = Field(
-        5.0,
-        description="... and rows older than this (nothing came for that long) are read inline, in the request's "
-        "path. 0: every request reads them itself.",
+        1.0,
+        description="... and rows older than this (the store did not answer) are read inline, in the request's path. "
+        "0: every request reads them itself.",
     )
     store_retry_s: float = Field(
         1.0, description="While Redis is unreachable, it is skipped and probed again after this many seconds."
