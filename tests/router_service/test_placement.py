@@ -155,10 +155,15 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     await asyncio.sleep(0.01)
     assert counts.background_reads == 1
     assert one.read_at_once(req).sessions == {A: 1, B: 1}  # renewed: both, each once
+    starts = PlacementRequest("chat", ("h",), kv_keys=("k1", "k2"), approximate=False, fresh_counts=True)
+    await two.placed_session(B)
+    assert one.read_at_once(starts) is None  # a session's first turn spreads sessions: it reads the store's counts
+    assert (await one.read(starts)).sessions == {A: 1, B: 2} and counts.inline_reads == 2
+    assert one.read_at_once(req).sessions == {A: 1, B: 2}  # and the rows it read are kept for the others
     await asyncio.sleep(0.55)  # nothing came: too old to place on, read inline
     assert one.read_at_once(req) is None
     await one.read(req)
-    assert counts.inline_reads == 2
+    assert counts.inline_reads == 3
     await counts.aclose()
 
 

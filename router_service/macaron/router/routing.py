@@ -591,7 +591,7 @@ class RoutingCore:
         return PlacementRequest(specialist, hashes, None, tie_key, kv_keys=kv_keys,
                                 prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,
                                 block_chars=s.prefix_block_chars, adapter=adapter, prompt_ids=tokens,
-                                approximate=not engine_truth_only)
+                                approximate=not engine_truth_only, fresh_counts=bool(req.session_id))
 
     async def place(self, req: RouteRequest, decision: Decision, session: SessionView | None,
                     replicas: Sequence[str], version: str | None = None, *,
@@ -615,7 +615,8 @@ class RoutingCore:
             preq, snapshot = dataclasses.replace(ahead[0], session_replica=session_replica), await ahead[1]
         else:
             preq = dataclasses.replace(self.placement_request(req, decision.specialist, version),
-                                       session_replica=session_replica)
+                                       session_replica=session_replica,
+                                       fresh_counts=bool(req.session_id) and session_replica is None)
             with_load = self.policy != "round_robin"
             snapshot = (self.snapshots.read_at_once(preq, with_load=with_load)
                         or await self.snapshots.read(preq, with_load=with_load))

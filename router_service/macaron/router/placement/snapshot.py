@@ -287,7 +287,7 @@ class SnapshotReader:
                 and not any(v >= self.head_min_share for v in share.values())):
             claim_keys = self.pending.keys(kv)
         keys = [LOAD_KEY, *spread_keys(now, self.spread_window_s)] if with_load else []
-        rows = self.counts.cached(keys) if self.counts is not None and keys else None
+        rows = self.counts.cached(keys) if self.counts is not None and keys and not request.fresh_counts else None
         return _LocalPlan(now, precise, approx, share, predicted, claim_keys, keys, rows)
 
     async def _read_local(self, request: PlacementRequest, now: int, with_load: bool) -> Snapshot:

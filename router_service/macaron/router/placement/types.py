@@ -41,6 +41,10 @@ class PlacementRequest:
     """The adapter version's name on the engines (`code@v3`)."""
     prompt_ids: Sequence[int] = ()
     """The rendered prompt's token ids (empty when not tokenized): handed on to the specialist."""
+    fresh_counts: bool = False
+    """The request starts (or moves) a session: its placement is the one that spreads sessions, so it reads every
+    router's counts from the store rather than the rows kept in process (which may miss another router's sessions
+    of the last tens of milliseconds). Turns that continue a session and requests without one use the kept rows."""
     approximate: bool = True
     """Whether the approximate index's blocks are read from (and written to) the store. False when every replica
     publishes KV-cache events: engine truth covers them all, so those reads and writes would only cost a round
