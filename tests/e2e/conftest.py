@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine_api.servers import Subprocess, free_port, wait_until_healthy
+from engine_api.servers import Subprocess, free_port, tail, wait_until_healthy
 from specialist.processes import macaron_command
 from macaron.auth import hash_api_key
 
@@ -24,7 +24,36 @@ ARTIFACT_DIRS = pytest.StashKey[list]()
 """Folders where tests left artifacts (the browser tests' screenshots), printed at the end of the run."""
 
 
+STACK = pytest.StashKey["Stack"]()
+"""The session's running stack, once started (read by the report hook below)."""
+
+
+STACK_DEATH = pytest.StashKey[str]()
+"""Why the session's stack exited mid-run: printed once, at the end of the run."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """The first test that fails on a stack that has exited says why: its exit code and log tail.
+
+    Without this, every later test fails with "connection refused" and the cause stays hidden.
+    The same text is printed again at the end of the run, where CI logs are read.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    running = item.config.stash.get(STACK, None)
+    if (not report.failed or running is None or running.process.proc.poll() is None
+            or STACK_DEATH in item.config.stash):
+        return
+    why = f"exit code {running.process.proc.returncode}; last lines of {running.log}:\n{tail(running.log, 80)}"
+    item.config.stash[STACK_DEATH] = why
+    report.sections.append(("macaron serve exited", why))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if STACK_DEATH in config.stash:
+        terminalreporter.write_sep("=", "the e2e stack (macaron serve) exited during the run")
+        terminalreporter.write_line(config.stash[STACK_DEATH])
     for folder in config.stash.get(ARTIFACT_DIRS, []):
         terminalreporter.write_line(f"test artifacts (screenshots): {folder}")
 
@@ -76,8 +105,9 @@ def start_stack(workdir: Path, cache_dir: Path) -> Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(macaron_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(macaron_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Stack]:
     running = start_stack(tmp_path_factory.mktemp("stack"), macaron_cache_dir)
+    request.config.stash[STACK] = running
     try:
         yield running
     finally:

@@ -29,7 +29,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -42,14 +42,14 @@ def wait_until_healthy(url: str, *, proc: subprocess.Popen[bytes] | None = None,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode} before it was healthy:\n{_tail(log) if log else ''}")
+            raise RuntimeError(f"{url} exited with {proc.returncode} before it was healthy:\n{tail(log) if log else ''}")
         try:
             if httpx.get(url + path, timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.25)
-    raise RuntimeError(f"{url} not healthy after {timeout:.0f} s:\n{_tail(log) if log else ''}")
+    raise RuntimeError(f"{url} not healthy after {timeout:.0f} s:\n{tail(log) if log else ''}")
 
 
 class Subprocess:

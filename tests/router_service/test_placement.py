@@ -26,6 +26,9 @@ from macaron.store import MemoryStore
 
 A, B, C = "http://a:1", "http://b:1", "http://c:1"
 REQ = PlacementRequest("chat", tie_key="k")
+WINDOW_S = 10**7
+"""The session-spread window of the readers below: long, so that no test crosses into a new window (the kept
+counts are of one window's keys; a new window is read inline, which a timing test would see as a miss)."""
 
 
 @pytest.mark.parametrize(
@@ -120,8 +123,8 @@ def test_grouping_needs_a_head_worth_it_and_can_be_turned_off() -> None:
 
 async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_at_once() -> None:
     store = MemoryStore()
-    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60)
-    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     req = PlacementRequest("chat", ("h",))
     write = one.placed_session(A)
     assert (await one.read(req)).sessions == {A: 1}  # before the store write
@@ -139,9 +142,9 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     `max_age_s` are read inline; this router's own sessions count at once and exactly once."""
     store = MemoryStore()
     counts = SharedCounts(store, refresh_s=0.05, max_age_s=0.5, idle_refresh_s=0)
-    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S, counts=counts,
                          local_depths=lambda keys: {A: len(keys), B: 0})
-    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     req = PlacementRequest("chat", ("h",), kv_keys=("k1", "k2"), block_tokens=16, approximate=False)
     first = await one.read(req)
     assert first.prefix == {A: 2, B: 0} and first.precise == {A, B} and first.predicted_tokens[A] == 32
@@ -172,7 +175,7 @@ async def test_kept_counts_stay_young_between_requests() -> None:
     pause places on them without a store call."""
     store = MemoryStore()
     counts = SharedCounts(store, refresh_s=0.02, max_age_s=0.3, idle_refresh_s=0.1)
-    reader = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
+    reader = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S, counts=counts,
                             local_depths=lambda keys: {A: 0, B: 0})
     req = PlacementRequest("chat", ("h",), kv_keys=("k1",), approximate=False)
     await reader.read(req)
@@ -187,7 +190,7 @@ async def test_engine_truth_in_process_asks_the_store_only_for_claims_while_no_r
     store = MemoryStore()
     counts = SharedCounts(store, refresh_s=10, max_age_s=10)
     depths = {A: 0, B: 0}
-    reader = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60, counts=counts,
+    reader = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S, counts=counts,
                             pending=PendingClaims(store, ttl_s=20, max_blocks=4), head_min_share=0.5,
                             local_depths=lambda keys: dict(depths))
     await PendingClaims(store, ttl_s=20, max_blocks=4).claim(("k1", "k2"), B)  # another router's claim

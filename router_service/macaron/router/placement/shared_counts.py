@@ -80,10 +80,11 @@ class SharedCounts:
         return rows
 
     async def _keep_young(self) -> None:
-        """Renews the rows every `idle_refresh_s` unless requests did meanwhile."""
+        """Renews the rows every `idle_refresh_s` unless requests did meanwhile (a read in the last half period:
+        the loop may wake a little early, and a strict `>= idle_refresh_s` would then skip to every other period)."""
         while True:
             await asyncio.sleep(self.idle_refresh_s)
-            if self._keys and time.monotonic() - self._at >= self.idle_refresh_s:
+            if self._keys and time.monotonic() - self._at >= self.idle_refresh_s / 2:
                 if self._renewing is None or self._renewing.done():
                     await self._renew(self._keys)
 
