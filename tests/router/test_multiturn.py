@@ -122,3 +122,28 @@ def test_multiturn_holdout_by_source(train_examples, routing_data_dir, capsys) -
         assert report["pooled"][kind] >= floor, (kind, report["pooled"])
     assert report["pooled"]["tool_loop_switches"] == 0
     assert np.isfinite(artifact.turn.theta).all()
+
+
+def test_lone_turn_copies_keep_every_line_and_drop_only_the_history() -> None:
+    from macaron.router.classifier.multiturn_data import with_lone_turns
+
+    history = [{"role": "user", "content": "Fix this SQL query"}, {"role": "assistant", "content": ""}]
+    lines = [{"messages": history + [{"role": "user", "content": f"turn {i}"}], "label": "code", "session": "code",
+              "kind": "stay", "source": "s", "license": "l"} for i in range(40)]
+    lines.append({**lines[0], "session": None})  # no session: the history is all the router would know
+    lines.append({**lines[0], "kind": "tool_loop"})  # a tool result needs its call
+    out = with_lone_turns(lines, seed=0, share=0.5)
+    assert [x for x in out if "history" not in x] == lines  # the given lines, in their order
+    lone = [x for x in out if x.get("history") == "not resent"]
+    assert 5 < len(lone) < 35 and all(x["session"] == "code" and x["kind"] == "stay" for x in lone)
+    assert all(x["messages"] == x["messages"][-1:] and x["messages"][0]["content"].startswith("turn") for x in lone)
+    assert with_lone_turns(lines, seed=0, share=0.5) == out  # deterministic for one seed
+
+
+def test_kind_metrics_report_the_lone_turns_apart() -> None:
+    from macaron.router.classifier.turn_training import kind_metrics
+
+    y, pred = np.array([0, 0, 1, 1]), np.array([0, 1, 1, 0])
+    out = kind_metrics(y, pred, ["stay", "stay", "switch", "switch"], [0, 0, 0, 0], [False, True, False, False])
+    assert (out["stay"], out["stay_lone"], out["stay_lone_n"], out["switch"]) == (0.5, 0.0, 1, 0.5)
+    assert "switch_lone" not in out

@@ -72,11 +72,12 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
     result = classification_metrics(yt, yp, labels)
     kinds = [str(e.extra.get("kind", "")) for e in examples]
     if any(kinds):  # multi-turn lines: accuracy per kind (stay / continue / switch / tool_loop)
-        from macaron.router.classifier.turn_training import kind_metrics
+        from macaron.router.classifier.turn_training import is_lone, kind_metrics
 
         sessions = [labels.index(s) if (s := e.extra.get("session")) in labels else None for e in examples]
-        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions)
-        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions)
+        lone = [is_lone(e) for e in examples]
+        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions, lone)
+        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions, lone)
     result.update(
         invalid_inputs=invalid,
         fast_path_accuracy=round(float((np.array(fast_pred) == yt).mean()), 4) if len(yt) else 0.0,

@@ -12,6 +12,10 @@ the one that should serve the new turn. Kinds:
 - `tool_loop`: the new turn carries results of tools the assistant called: label = the session's
   specialist, whatever the results read like (the router never switches there).
 
+A share of the `stay`, `continue` and `switch` lines that have a session come again as the new turn
+alone (`"history": "not resent"`): a client that keeps its conversation on the server (a session id)
+may send only its newest turn, and then the session's specialist is all the router knows of the past.
+
 Requests come from `train.jsonl`/`dev.jsonl` (each split builds from its own rows, so the multi-turn
 dev set shares no text with training); real follow-ups from `conversations.jsonl` (public
 multi-turn sources, each line with its split, source and license) and a short list of generic
@@ -162,6 +166,19 @@ def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], 
     return out
 
 
+def with_lone_turns(lines: Sequence[dict[str, Any]], *, seed: int, share: float = 0.25) -> list[dict[str, Any]]:
+    """`lines` plus, for `share` of those with a session and a history (tool loops aside: their
+    results need the call), a copy holding only the new turn. The lines given keep their order."""
+    rng = random.Random(seed)
+    out = list(lines)
+    for line in lines:
+        if line["kind"] == "tool_loop" or line["session"] is None or len(line["messages"]) < 2:
+            continue
+        if rng.random() < share:
+            out.insert(rng.randrange(len(out) + 1), {**line, "messages": line["messages"][-1:], "history": "not resent"})
+    return out
+
+
 def _message(m: dict[str, Any], call_id: str = "call_0") -> dict[str, Any]:
     if m["role"] == "tool_call":
         try:
@@ -182,6 +199,7 @@ def write(folder: Path = SHIPPED_DATA_DIR) -> dict[str, int]:
         written = WRITTEN_FOLLOWUPS[0::2] if split == "train" else WRITTEN_FOLLOWUPS[1::2]
         lines = build(load_jsonl(folder / f"{split}.jsonl"), [c for c in conversations if c["split"] == split],
                       written, seed=seed, n_switch=sizes[0], n_continue=sizes[1], n_stay=sizes[2], n_tool=sizes[3])
+        lines = with_lone_turns(lines, seed=seed + 100)
         with (folder / f"multiturn_{split}.jsonl").open("w", encoding="utf-8") as handle:
             for line in lines:
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ class TurnData:
     groups: np.ndarray
     rule_session: list[int | None]  # session index where an open tool loop decides by rule, else None
     threshold: float = 0.0  # escalation threshold: below it the escalated stage decides
+    lone: list[bool] = field(default_factory=list)  # the new turn sent alone, the history not resent
 
 
 def build_turn_data(
@@ -99,6 +100,7 @@ def build_turn_data(
         groups=np.array([e.repository for e in examples]),
         rule_session=rule,
         threshold=threshold if embed_logits is not None else 0.0,
+        lone=[is_lone(e) for e in examples],
     )
 
 
@@ -144,15 +146,27 @@ def predict(model: TurnModel, data: TurnData, rows: Sequence[int],
     return np.array(out, dtype=int), np.array(escalated, dtype=bool)
 
 
-def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions: Sequence[int | None]) -> dict[str, Any]:
-    """Accuracy per kind, and how many tool-loop turns switched away from the session."""
+def is_lone(example: Example) -> bool:
+    """A multi-turn line whose new turn came alone, its history not resent (multiturn_data.with_lone_turns)."""
+    return example.extra.get("history") == "not resent"
+
+
+def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions: Sequence[int | None],
+                 lone: Sequence[bool] = ()) -> dict[str, Any]:
+    """Accuracy per kind (and, as `<kind>_lone`, on its lines whose history was not resent), and how
+    many tool-loop turns switched away from the session."""
     kinds_arr = np.array(kinds)
+    lone_arr = np.array(lone, dtype=bool) if len(lone) else np.zeros(len(kinds), dtype=bool)
     out: dict[str, Any] = {}
     for kind in KIND_NAMES:
         m = kinds_arr == kind
         if m.any():
             out[kind] = round(float((pred[m] == y[m]).mean()), 4)
             out[f"{kind}_n"] = int(m.sum())
+        alone = m & lone_arr
+        if alone.any():
+            out[f"{kind}_lone"] = round(float((pred[alone] == y[alone]).mean()), 4)
+            out[f"{kind}_lone_n"] = int(alone.sum())
     loop = [i for i, k in enumerate(kinds) if k == "tool_loop" and sessions[i] is not None]
     out["tool_loop_switches"] = int(sum(pred[i] != sessions[i] for i in loop))
     return out
@@ -173,8 +187,9 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
     per_repo = {}
     for name in names:
         m = np.where(data.groups == name)[0]
-        per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m])
-    pooled = kind_metrics(data.y, pred, data.kinds, sessions)
+        per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m],
+                                      [data.lone[i] for i in m] if data.lone else ())
+    pooled = kind_metrics(data.y, pred, data.kinds, sessions, data.lone)
     pooled["escalation_rate"] = round(float(escalated.mean()), 4)
     return {"pooled": pooled, "per_repository": per_repo, "errors": error_analysis(data, pred)}
 
