@@ -64,6 +64,39 @@ def test_out_of_fold_never_sees_the_held_out_group(fast_classifier) -> None:
     assert out[8] != 0.5
 
 
+def test_standalone_requests_teach_full_requests_and_keep_their_share(fast_classifier) -> None:
+    """Single-turn requests as extra negatives: a short self-contained question (the sampled turns never show
+    one) reads less as a follow-up, and its share of the negative weight is what sets how much."""
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts, labels = FOLLOW_UPS + REQUESTS, np.array([1] * 4 + [0] * 4)
+    standalone = ["Is it going to rain tomorrow?", "Will it snow in Oslo this weekend?", "Is it cold in Paris today?"]
+    probe = ["Is it going to rain in Madrid tomorrow?"]
+    alone = followup.fit(vectorizer, texts, labels).probabilities(vectorizer, probe)[0]
+    little = followup.fit(vectorizer, texts, labels, standalone=standalone, standalone_share=0.1)
+    more = followup.fit(vectorizer, texts, labels, standalone=standalone, standalone_share=0.7)
+    assert more.probabilities(vectorizer, probe)[0] < little.probabilities(vectorizer, probe)[0] < alone
+    # A text already among the labelled turns keeps its label: no double count, no flipped example.
+    same = followup.fit(vectorizer, texts, labels, standalone=FOLLOW_UPS[:1], standalone_share=0.5)
+    np.testing.assert_allclose(same.weights, followup.fit(vectorizer, texts, labels).weights)
+
+
+def test_out_of_fold_leaves_out_the_held_out_groups_standalone_requests(fast_classifier) -> None:
+    """A held-out repository's single-turn requests are not negatives of the model that scores its lines."""
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts = FOLLOW_UPS + ["go on", "Set an alarm for 6 am"]
+    kinds = ["stay"] * 5 + ["switch"]
+    groups = np.array(["a"] * 5 + ["b"])
+    # Group b's only negative is its own line. With the standalone request in b too, b's model (fitted on a's
+    # follow-ups alone) has no negative: flat 0.5. The same request from repository a is a negative for it.
+    own = followup.out_of_fold(vectorizer, texts, kinds, groups, standalone=["Book a table for two"],
+                               standalone_groups=["b"], standalone_share=0.5)
+    assert own[5] == 0.5
+    other = followup.out_of_fold(vectorizer, texts, kinds, groups, standalone=["Book a table for two"],
+                                 standalone_groups=["a"], standalone_share=0.5)
+    assert other[5] != 0.5
+    assert own[:5].tolist() == other[:5].tolist() == [0.5] * 5  # a's model: negatives only, either way
+
+
 def test_artifact_trained_before_a_feature_decides_as_before(fast_classifier) -> None:
     payload = fast_classifier.artifact.to_payload()
     keep = [i for i, name in enumerate(FEATURES) if not name.startswith("followup_")]

@@ -11,6 +11,13 @@ one input of the conversation decision (turns.py), which learns how far to trust
 The conversation decision is trained on out-of-fold probabilities (one fit without each source
 repository of the new turn), so it learns how the model does on registers it never saw.
 
+Negatives beside the sampled turns (`standalone`): every single-turn training request of a few words or
+more, read as a new turn that names its own task. The sampled `continue`/`switch` turns are about 2,000
+texts drawn afresh whenever the multi-turn data is rebuilt, so the model moved with each rebuild ("Is it
+going to rain tomorrow?" read as a follow-up at 0.73 on one draw, 0.78 on the next); the whole single-turn
+set is the same on every rebuild. It carries `standalone_share` of the negative class's weight (half by
+default), so the sampled turns, the only negatives that follow a conversation, still weigh as much.
+
 Beside the TF-IDF features it reads a few dense *form cues* (`form_cues`): the last turn's log length in
 words, its shortness, how much it points back ("it", "that", "again", ...: turns.REFERRING_WORDS) and a
 final question mark. TF-IDF knows words, not form: "could you double-check that?" is a follow-up by its
@@ -89,18 +96,28 @@ def training_rows(kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c: float = 1.0,
-        cue_scale: float = DEFAULT_CUE_SCALE) -> FollowupModel:
+        cue_scale: float = DEFAULT_CUE_SCALE, standalone: Sequence[str] = (),
+        standalone_share: float = 0.0) -> FollowupModel:
     """Each distinct (text, label) counts once (the written follow-ups repeat over many lines), and the two
-    classes weigh the same. `cue_scale` multiplies the form cues while fitting (0: TF-IDF alone)."""
+    classes weigh the same. `cue_scale` multiplies the form cues while fitting (0: TF-IDF alone).
+    `standalone`: more full requests (negatives), together `standalone_share` of the negative class's weight;
+    a text already among `texts` keeps its label there."""
     from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
     distinct = sorted({(t, int(y)) for t, y in zip(texts, labels)})
-    if len({y for _, y in distinct}) < 2:
+    known = {t for t, _ in distinct}
+    extra = sorted({t for t in standalone if t not in known}) if standalone_share > 0 else []
+    if len({y for _, y in distinct} | ({0} if extra else set())) < 2:
         return FollowupModel(weights=np.zeros(vectorizer.n_features), bias=0.0)
-    y = np.array([label for _, label in distinct])
-    w = np.where(y == 1, 0.5 / y.sum(), 0.5 / (1 - y).sum()) * len(y)
-    distinct_texts = [t for t, _ in distinct]
+    y = np.array([label for _, label in distinct] + [0] * len(extra))
+    n_pos, n_neg = int(y.sum()), len(distinct) - int(y.sum())
+    share = standalone_share if extra and n_neg else (1.0 if extra else 0.0)
+    w = np.concatenate([
+        np.where(y[: len(distinct)] == 1, 0.5 / n_pos, 0.5 * (1.0 - share) / max(1, n_neg)),
+        np.full(len(extra), 0.5 * share / max(1, len(extra))),
+    ]) * len(y)
+    distinct_texts = [t for t, _ in distinct] + extra
     x = vectorizer.transform_many([analyze(t) for t in distinct_texts])
     if cue_scale > 0:
         x = sparse.hstack([x, sparse.csr_matrix(cue_scale * form_cue_matrix(distinct_texts))], format="csr")
@@ -113,13 +130,17 @@ def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c
 
 
 def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequence[str], groups: np.ndarray,
-                c: float = 1.0, cue_scale: float = DEFAULT_CUE_SCALE) -> np.ndarray:
-    """Every line's probability from a model fitted without its group (source repository of the new turn)."""
+                c: float = 1.0, cue_scale: float = DEFAULT_CUE_SCALE, standalone: Sequence[str] = (),
+                standalone_groups: Sequence[str] = (), standalone_share: float = 0.0) -> np.ndarray:
+    """Every line's probability from a model fitted without its group (source repository of the new turn),
+    the group's own standalone requests left out too."""
     rows, labels = training_rows(kinds)
+    extra_groups = np.asarray(standalone_groups)
     out = np.zeros(len(texts))
     for name in sorted(set(groups)):
         held = np.where(groups == name)[0]
         keep = groups[rows] != name
-        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale)
+        others = [t for t, g in zip(standalone, extra_groups) if g != name]
+        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale, others, standalone_share)
         out[held] = model.probabilities(vectorizer, [texts[i] for i in held])
     return out

@@ -59,6 +59,10 @@ WRITTEN_FOLLOWUPS = (
     "repeat the last answer but cleaner", "yes please", "how sure are you about that?", "merge both versions",
     "drop the last item", "thx, anything else I should know?", "and in the other order?", "that helped, now the rest",
     "can you make the second half clearer", "which of those is best?", "let's stick with the first one",
+    # a third batch: asking for more, the commonest follow-up of chat logs, which the two above lacked (a bare
+    # "tell me more" read as a request, its "tell me" words taught as requests by "tell me about X")
+    "tell me more", "tell me more about that", "elaborate on that", "more please", "go into more detail",
+    "say more", "what else?", "can you expand on that?", "and then what?", "explain further",
 )
 # Sources whose requests a client serves through declared functions (SGD's services are schema-described APIs).
 TOOL_SOURCES = ("ShishirPatil/gorilla", "hiyouga/LLaMA-Factory:data/glaive",

@@ -99,6 +99,11 @@ class TrainConfig:
     # are multiplied by this while fitting, so the L2-regularised regression uses them beside the TF-IDF
     # columns (whose values are small after the per-block L2 norm); 0 leaves them out.
     followup_cue_scale: float = 3.0
+    # Every single-turn training request of MIN_REQUEST_WORDS words or more is also a negative of the follow-up
+    # model (a new turn that names its own task), together this share of the negative class's weight; the
+    # sampled multi-turn turns carry the rest. The sample is redrawn with every rebuild of the multi-turn data,
+    # the single-turn set is not, so the model stops moving with each rebuild (followup.py). 0: the sample alone.
+    followup_standalone_share: float = 0.5
 
 
 def example_conversation(example: Example, max_chars: int) -> Conversation:
@@ -417,7 +422,7 @@ def train(
         # Step 6: with hold-out and escalation, the threshold is chosen on both hold-outs.
         curve = report.get("holdout", {}).get("escalation_curve") if head is not None else None
         artifact.turn, artifact.followup, report["multiturn_holdout"], chosen = _train_turns(
-            multiturn_examples, texts, oof, fast, head, embed, config,
+            multiturn_examples, texts, oof, fast, head, embed, config, repos=repos,
             fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
             curve=curve,
         )
@@ -441,21 +446,28 @@ def multiturn_accuracy(pooled: dict[str, Any]) -> float:
 
 
 def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say,
-                 curve=None):
+                 curve=None, repos=None):
     """The conversation model, the follow-up model, the hold-out report (see turn_training.py, followup.py)
     and the escalation threshold that ships. With `curve` (the single-turn escalation curve), every
     threshold under the cap is also scored on the conversation hold-out (its points gain
     `multiturn_accuracy`, the kinds and the multi-turn escalation rate) and `pick_threshold` chooses on both."""
     from macaron.router.classifier import followup, turn_training
+    from macaron.router.classifier.multiturn_data import MIN_REQUEST_WORDS
 
     say("  follow-up model: one fit per source repository of the new turn, then on all lines")
     last_texts = [example_conversation(e, config.max_chars).last_text for e in multiturn]
     kinds = [str(e.extra.get("kind", "")) for e in multiturn]
     groups = np.array([e.repository for e in multiturn])
-    scale = config.followup_cue_scale
-    followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale)
+    scale, share = config.followup_cue_scale, config.followup_standalone_share
+    requests = [i for i, t in enumerate(texts) if len(t.split()) >= MIN_REQUEST_WORDS] if share > 0 else []
+    standalone = [texts[i] for i in requests]
+    standalone_groups = [str(repos[i]) for i in requests] if repos is not None else [""] * len(requests)
+    followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
+                                     standalone=standalone, standalone_groups=standalone_groups,
+                                     standalone_share=share)
     rows, labels = followup.training_rows(kinds)
-    followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels, cue_scale=scale)
+    followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels, cue_scale=scale,
+                                  standalone=standalone, standalone_share=share)
     cache: dict[tuple[str, ...], Any] = {}  # the turns' logits do not depend on the threshold
 
     def data_at(t: float) -> Any:
