@@ -630,14 +630,18 @@ def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int)
 
 
 async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
-                     users: list[str], concurrency: int, apps: int) -> RunResult:
+                     users: list[str], concurrency: int, apps: int, trace: bool = False) -> RunResult:
     """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets.
 
-    The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids."""
+    The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids. `trace`:
+    log every session's first turn in the order they were sent (target, replica, predicted and reported cached
+    tokens), to see how a placement came about."""
     salt = uuid.uuid4().hex[:12]
     result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps), apps=apps)
     gate = asyncio.Semaphore(concurrency)
     counter = iter(range(10**9))
+    started = time.perf_counter()
+    firsts: list[tuple[float, int, str, Turn]] = []
 
     async def session(s: int) -> None:
         session_id = f"{salt}-{s}"
@@ -645,6 +649,7 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
         for messages in conversation(s, turns, systems, users, salt):
             target = targets[next(counter) % len(targets)]
             async with gate:
+                sent = time.perf_counter() - started
                 try:
                     if target.startswith("http"):
                         turn = await senders.smg_turn(target, messages, session_id, specialist)
@@ -655,6 +660,8 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
                     result.errors += 1
                     log(f"  {name}: turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
                     return
+            if s not in result.by_session:
+                firsts.append((sent, s, target, turn))
             result.turns.append(turn)
             result.by_session.setdefault(s, []).append(turn)
 
@@ -664,6 +671,11 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
     where = f"  sessions per replica {spread[0]}, replica changes {spread[1]}" if spread else ""
     heads = result.heads()
     where += f", applications per replica {heads}" if heads else ""
+    for sent, s, target, turn in sorted(firsts, key=lambda f: f[0]) if trace else ():
+        app = f"application {s % apps}" if apps else f"specialist {session_specialist(s, systems, apps)}"
+        log(f"    {sent:6.2f} s  session {s} ({app}) via {target if not target.startswith('http') else 'smg'}: "
+            f"replica {turn.replica or '?'}, predicted {turn.predicted}, cached {turn.cached_tokens} of "
+            f"{turn.prompt_tokens}, TTFT {turn.ttft_s * 1000:.0f} ms")
     log(f"  {name:<26} {len(result.turns):4d} turns  prompt {result.prompt:7d}  cached {result.cached:7d} "
         f"({rate:5.1%}; {result.cached / max(1, result.ceiling):5.1%} of the ceiling {result.ceiling})  "
         f"mean TTFT {result.mean_ttft_ms:7.1f} ms  errors {result.errors}{where}")
@@ -1027,6 +1039,12 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
                      "smg cache_aware x2 mesh": ["smg2a", "smg2b"]})
     else:
         log("  smg is not installed (pip install smg): no comparison with SGLang's router")
+    if args.arms:
+        wanted = [a.strip() for a in args.arms.split(",") if a.strip()]
+        unknown = [a for a in wanted if a not in arms]
+        if unknown:
+            raise SystemExit(f"--arms: unknown arm(s) {unknown}; the arms are {list(arms)}")
+        arms = {a: arms[a] for a in wanted}
     what = (f"{args.apps} applications of {args.app_chars}-character system prompts, each application's sessions on "
             "one specialist" if args.apps else f"mixed shape: {len(args.work_systems)} shared system prompts across "
             "specialists")
@@ -1041,7 +1059,7 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
             procs = start_smg(stack, smg) if smg else []
             try:
                 targets = [stack.smg[t_] if t_ in smg else t_ for t_ in arms[name]]
-                runs[name].append(await multi_turn(senders, name, targets, **shape))
+                runs[name].append(await multi_turn(senders, name, targets, trace=args.trace, **shape))
             finally:
                 for proc in procs:
                     proc.stop()
@@ -1050,22 +1068,26 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
         log(f"  {name:<26} cached median {st['cached_median']:.0f} [{st['cached_min']:.0f}..{st['cached_max']:.0f}]"
             f" ({st['of_ceiling_median']:.0%} of the ceiling)  mean TTFT median {st['ttft_median_ms']:.0f} ms "
             f"[{st['ttft_min_ms']:.0f}..{st['ttft_max_ms']:.0f}]")
-    aff, rr = stats["ours prefix_affinity"], stats["ours round_robin"]
-    out["affinity_cached_tokens_over_rr"] = ratio(aff["cached_median"], rr["cached_median"])
-    out["affinity_ttft_over_rr"] = ratio(aff["ttft_median_ms"], rr["ttft_median_ms"])
+    def median_of(arm: str, key: str) -> float | None:
+        return stats[arm][key] if arm in stats else None  # an arm left out by --arms: its ratios are None
+
+    def ratio_of(a: str, b: str, key: str = "cached_median") -> float | None:
+        x, y = median_of(a, key), median_of(b, key)
+        return ratio(x, y) if x is not None and y is not None else None
+
+    aff, one_smg, two_smg = "ours prefix_affinity", "smg cache_aware x1", "smg cache_aware x2 mesh"
+    out["affinity_cached_tokens_over_rr"] = ratio_of(aff, "ours round_robin")
+    out["affinity_ttft_over_rr"] = ratio_of(aff, "ours round_robin", "ttft_median_ms")
     out["cached_ceiling_median"] = statistics.median(r.ceiling for rs in runs.values() for r in rs)
+    out["cached_tokens_over_smg"] = ratio_of(aff, one_smg)
+    out["two_replica_cached_tokens_over_smg"] = ratio_of("ours prefix_affinity x2", two_smg)
     if stack.smg:
-        out["cached_tokens_over_smg"] = ratio(aff["cached_median"], stats["smg cache_aware x1"]["cached_median"])
         # the best any router could do over smg on these requests: the ceiling over smg's own cached tokens
-        out["ceiling_over_smg"] = ratio(out["cached_ceiling_median"], stats["smg cache_aware x1"]["cached_median"])
-        out["two_replica_ceiling_over_smg"] = ratio(out["cached_ceiling_median"],
-                                                    stats["smg cache_aware x2 mesh"]["cached_median"])
-        out["two_replica_cached_tokens_over_smg"] = ratio(stats["ours prefix_affinity x2"]["cached_median"],
-                                                          stats["smg cache_aware x2 mesh"]["cached_median"])
-        out["ttft_over_smg"] = ratio(aff["ttft_median_ms"], stats["smg cache_aware x1"]["ttft_median_ms"])
-    else:
-        out["cached_tokens_over_smg"] = None
-        out["two_replica_cached_tokens_over_smg"] = None
+        out["ceiling_over_smg"] = (ratio(out["cached_ceiling_median"], stats[one_smg]["cached_median"])
+                                   if one_smg in stats else None)
+        out["two_replica_ceiling_over_smg"] = (ratio(out["cached_ceiling_median"], stats[two_smg]["cached_median"])
+                                               if two_smg in stats else None)
+        out["ttft_over_smg"] = ratio_of(aff, one_smg, "ttft_median_ms")
     ours = [t_ for name in ("ours prefix_affinity", "ours prefix_affinity x2") for r in runs.get(name, [])
             for t_ in r.turns]
     out["index_overclaim_share"] = (sum(t_.predicted > t_.cached_tokens for t_ in ours) / len(ours)) if ours else None
@@ -1121,6 +1143,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="Comma-separated parts to measure (default: all): classify, route, ttft (router-added "
                         "TTFT, paired, with its breakdown), placement (the multi-turn arms); smg starts only for "
                         "placement.")
+    parser.add_argument("--arms", default="", help="Comma-separated multi-turn arms to run (default: all; e.g. "
+                        "'ours prefix_affinity x2' to study one): the ratios of arms left out are not reported.")
+    parser.add_argument("--trace", action="store_true", help="Log every session's first turn of each multi-turn run "
+                        "in the order sent: target, replica, predicted and reported cached tokens.")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="The route part prints the N functions of a cProfile of its routes with the most own "
                         "time (the profiler slows the routes it measures: for finding, not comparing).")

@@ -208,6 +208,9 @@ async def test_server_info_lists_adapters_and_bytes(engine: EngineTarget) -> Non
         )
         assert memory["kv_copy_max_bytes"] > 0  # long-context rows' contiguous K/V copies: their cap
         assert info["model_path"] and info["incremental_streaming_output"] is False
+        # SGLang's scheduler info, merged in at the top level: the KV pool's real size, what routers size a cache by
+        loads = (await get(engine.url, "/v1/loads")).json()["loads"][0]
+        assert info["max_total_num_tokens"] == loads["num_total_tokens"] > 0
         if engine.process is not None:
             assert info["max_running_requests"] == 8, "set by the YAML --config file"
 

@@ -219,6 +219,70 @@ def test_prefix_home_scorer_is_the_same_everywhere_and_spreads_heads() -> None:
     assert homes == {A, B, C}
 
 
+def test_prefix_home_stays_on_until_an_engine_holds_the_head() -> None:
+    """A block or two of the specialist's profile prompt cached somewhere (every prompt of that specialist opens
+    with it) says nothing about where this prompt's head lives: home still decides. An engine holding the head
+    (min_share of the prompt) silences it."""
+    scorer = PrefixHomeScorer(min_share=0.5)
+    req = PlacementRequest("chat", block_hashes=("head", "next"))
+    home = rendezvous("head", sorted([A, B, C]))
+    other = next(r for r in (A, B, C) if r != home)
+    profile_only = Snapshot(precise=frozenset((A, B, C)), prefix_share={other: 32 / 450})
+    assert scorer.score(req, [A, B, C], profile_only) == {r: float(r == home) for r in (A, B, C)}
+    holder = Snapshot(precise=frozenset((A, B, C)), prefix_share={other: 0.8})
+    assert scorer.score(req, [A, B, C], holder) == {A: 0.0, B: 0.0, C: 0.0}
+    # through the profile: the settings' head share reaches the scorer
+    profile = build_profile("prefix_affinity", RouterSettings())
+    assert profile.run(req, [A, B, C], profile_only).replica == home
+
+
+async def test_caught_up_adds_what_this_router_did_after_the_snapshot_was_read() -> None:
+    """Sessions that start together are decided side by side on snapshots read before any of them was placed:
+    each must see the others (their spread counts and head claims), or two applications' first sessions meet on
+    one replica."""
+    store = MemoryStore()
+    pending = PendingClaims(store, ttl_s=30, max_blocks=4)
+    tracker = LoadTracker(store, "r1")
+    reader = SnapshotReader(store, tracker, prefix_ttl_s=600, spread_window_s=WINDOW_S, pending=pending)
+    first = PlacementRequest("chat", ("h",), kv_keys=("k1", "k2"))
+    tracker.begin(B)
+    read_before = await reader.read(first)
+    assert read_before.sessions == {} and read_before.claimed == {} and read_before.load == {B: 1}
+    await reader.placed_session(A)
+    tracker.begin(A)  # the placed session's request is in flight there now
+    tracker.end(B)
+    write = pending.claim(first.kv_keys, A)
+    assert write is not None
+    write.close()  # the store write is not needed: the claim is kept here at once
+    caught = reader.caught_up(read_before, first)
+    assert caught.sessions == {A: 1} and caught.claimed == {A: 2} and caught.load == {A: 1}
+    read_after = await reader.read(first)
+    assert reader.caught_up(read_after, first).sessions == {A: 1}  # counted once, not twice
+    # a continuing session ignores claims; a snapshot of unknown age is left as it is
+    stays = PlacementRequest("chat", ("h",), kv_keys=("k1", "k2"), session_replica=B)
+    assert reader.caught_up(read_before, stays).claimed == {}
+    assert reader.caught_up(Snapshot(), first).sessions == {}
+
+
+def test_a_heads_claim_counts_behind_a_shared_prefix_claimed_by_another_replica() -> None:
+    """Every prompt of a specialist opens with its profile prompt, whose first block was claimed long ago by
+    whichever replica served that specialist first (first writer wins). A new head claimed for B behind it: B holds
+    the whole claimed head, A only the shared block, and B counts as the head's holder."""
+    from macaron.router.kv_index.pending import with_claims
+
+    pending = PendingClaims(MemoryStore(), ttl_s=30, max_blocks=8)
+    for keys, replica in ((("profile", "old-head"), A), (("profile", "h1", "h2", "h3"), B)):
+        write = pending.claim(keys, replica)
+        assert write is not None
+        write.close()
+    assert pending.merge(("profile", "h1", "h2", "h3"), {}) == {A: 1, B: 4}
+    assert pending.merge(("other", "h1"), {}) == {}  # nothing claimed from the first block: no claim at all
+    request = PlacementRequest("chat", ("b",), kv_keys=("profile", "h1", "h2", "h3"), block_tokens=16)
+    scored = with_claims(Snapshot(claimed={A: 1, B: 4}), request, 0.5)
+    assert scored.prefix_share == {A: 0.25, B: 1.0} and scored.predicted_tokens == {A: 16, B: 64}
+    assert SessionSpreadScorer().score(request, [A, B, C], scored) == {A: 0.0, B: 1.0, C: 0.0}
+
+
 def test_max_score_picker_breaks_ties_by_load_then_the_same_hash_everywhere() -> None:
     picker = MaxScorePicker()
     assert picker.pick(REQ, {A: 1.0, B: 2.0}, Snapshot()) == B

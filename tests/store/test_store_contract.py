@@ -69,8 +69,9 @@ async def test_chain_depths_are_counted_in_the_same_call_as_the_hashes(store: St
 
 
 async def test_depths_and_claims_are_read_in_one_call(store: Store) -> None:
-    """The chain depths as above, and the claims: the first claim's owner and how many claims in a row, from the
-    first, it owns (another owner or a missing key ends the run; an unclaimed first key: no owner)."""
+    """The chain depths as above, and the claims: each owner's deepest claim (+ 1) up to the first missing key (a
+    claim of block k was made for a prompt of blocks 0..k, whoever claimed the earlier ones first); an unclaimed
+    first key: no owner."""
     await store.hset("marks", {"r1": b"e1", "r2": b"e2"}, ttl_s=30)
     await store.hset("c0", {"r1": b"e1", "r2": b"e2"}, ttl_s=30)
     await store.hset("c1", {"r1": b"e1"}, ttl_s=30)
@@ -82,9 +83,9 @@ async def test_depths_and_claims_are_read_in_one_call(store: Store) -> None:
         ["other", "nope"], "marks", ["c0", "c1", "c2"], ["p0", "p1", "p2", "p3", "p4", "p5"])
     assert rows == [{"x": b"1"}, {}]
     assert depths == {"r1": 2, "r2": 1}
-    assert claims == {"r3": 3}
+    assert claims == {"r3": 3, "r4": 4}  # p4 is missing: p5's claim is not counted
     assert (await store.hgetall_many_depths_and_claims([], "marks", ["c0"], ["p3", "p2"]))[1:] == ({"r1": 1, "r2": 1},
-                                                                                                   {"r4": 1})
+                                                                                                   {"r4": 1, "r3": 2})
     assert (await store.hgetall_many_depths_and_claims([], "no-marks", [], ["p4", "p0"])) == ([], {}, {})
     assert (await store.hgetall_many_depths_and_claims(["other"], "no-marks", ["c0"], [])) == ([{"x": b"1"}], {}, {})
 

@@ -621,6 +621,7 @@ class RoutingCore:
             snapshot = (self.snapshots.read_at_once(preq, with_load=with_load)
                         or await self.snapshots.read(preq, with_load=with_load))
         if self.policy == "prefix_affinity":
+            snapshot = self.snapshots.caught_up(snapshot, preq)
             inventory = self.versions.inventory
             capacity = self.kv_follower.capacity if self.kv_follower is not None else {}
             snapshot = dataclasses.replace(snapshot, adapter_loaded={r: inventory.has(r, preq.adapter) for r in replicas},

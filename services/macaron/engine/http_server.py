@@ -325,14 +325,18 @@ class EngineServer:
 
     def server_info(self) -> dict[str, Any]:
         memory = self.engine.memory_usage()
+        stats = self.engine.stats()
         return {
             **self.args.model_dump(mode="json"),
+            # SGLang merges its scheduler's info in at the top level, with the KV-cache tokens its pool really holds:
+            # what routers size a replica's cache by
+            "max_total_num_tokens": stats.kv_blocks_total * self.args.kv_block_size,
             "served_model_name": self.served_model_name(),
             "context_length": self.context_length(),
             "enable_lora": True,
             "loaded_adapters": self.engine.loaded_adapters(),
             "memory_usage": {**dataclasses.asdict(memory), "total_bytes": memory.total_bytes},
-            "internal_states": [dataclasses.asdict(self.engine.stats())],
+            "internal_states": [dataclasses.asdict(stats)],
             "status": self.status,
             "startup_time": self.started_at,
             "version": _version(),

@@ -29,17 +29,18 @@ def chain_depths(chain: Sequence[Mapping[str, bytes]], marks: Mapping[str, bytes
     return out
 
 
-def leading_claim(values: Sequence[bytes | None]) -> dict[str, int]:
-    """The owner of the first claim and how many claims in a row, from the first, it owns ({} when the first is
-    unclaimed): what `Store.hgetall_many_depths_and_claims` computes on the server."""
-    if not values or values[0] is None:
-        return {}
-    owner, depth = values[0], 0
-    for value in values:
-        if value != owner:
+def claim_depths(values: Sequence[bytes | None]) -> dict[str, int]:
+    """Each owner's deepest claim among a prompt's leading claim keys, up to the first unclaimed one: owner →
+    position of its deepest key + 1 ({} when the first is unclaimed). A claim of block k was made for a prompt
+    whose blocks 0..k were all sent there, so its owner holds k + 1 blocks even where earlier keys (a prefix that
+    many prompts share, first claimed by another replica) name someone else. What
+    `Store.hgetall_many_depths_and_claims` computes on the server."""
+    out: dict[str, int] = {}
+    for position, value in enumerate(values):
+        if value is None:
             break
-        depth += 1
-    return {owner.decode(): depth}
+        out[value.decode()] = position + 1
+    return out
 
 
 class StoreUnavailableError(ConnectionError):
@@ -141,10 +142,10 @@ class Store(Protocol):
     async def hgetall_many_depths_and_claims(self, keys: Sequence[str], marks_key: str, chain: Sequence[str],
                                              claims: Sequence[str]
                                              ) -> tuple[list[dict[str, bytes]], dict[str, int], dict[str, int]]:
-        """`hgetall_many_and_depths(keys, marks_key, chain)` and, in the same round trip, the claims: the value of
-        the string key `claims[0]` (an owner) and how many keys of `claims`, from the first, hold that same value
-        ({} when `claims[0]` is missing). Placement reads a request's residency and its head's pending claims
-        together."""
+        """`hgetall_many_and_depths(keys, marks_key, chain)` and, in the same round trip, the claims: the string
+        keys `claims` hold owners; each owner's deepest position among them + 1, up to the first missing key
+        (`claim_depths`; {} when `claims[0]` is missing). Placement reads a request's residency and its head's
+        pending claims together."""
         ...
 
     async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:

@@ -12,7 +12,7 @@ from collections import deque
 from typing import Callable, Mapping, Sequence
 
 from macaron.store.base import (Admission, AdmitResult, HashOp, RateLimitResult, StoreUnavailableError, chain_depths,
-                                 leading_claim)
+                                 claim_depths)
 
 
 class MemoryStore:
@@ -88,7 +88,7 @@ class MemoryStore:
                                              claims: Sequence[str]
                                              ) -> tuple[list[dict[str, bytes]], dict[str, int], dict[str, int]]:
         rows, depths = await self.hgetall_many_and_depths(keys, marks_key, chain)
-        return rows, depths, leading_claim([await self.get(k) for k in claims])
+        return rows, depths, claim_depths([await self.get(k) for k in claims])
 
     async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
         written = 0

@@ -68,23 +68,23 @@ for i = 1, #marks, 2 do
   out[#out + 1] = depth[marks[i]]
 end
 local first = 2 + n_chain
-local owner, claimed = '', 0
-if #KEYS >= first then
-  local v = redis.call('GET', KEYS[first])
-  if v then
-    owner = v
-    for k = first, #KEYS do
-      if redis.call('GET', KEYS[k]) ~= owner then break end
-      claimed = claimed + 1
-    end
-  end
+local deepest, order, claims = {}, {}, {}
+for k = first, #KEYS do
+  local v = redis.call('GET', KEYS[k])
+  if not v then break end
+  if deepest[v] == nil then order[#order + 1] = v end
+  deepest[v] = k - first + 1
 end
-return {out, owner, claimed}
+for _, owner in ipairs(order) do
+  claims[#claims + 1] = owner
+  claims[#claims + 1] = deepest[owner]
+end
+return {out, claims}
 """
 """KEYS[1]: the marks hash; KEYS[2 .. 1 + ARGV[1]]: a chain of hashes; the rest: claim keys. Returns, per name
 of the marks hash, how many of the chain, from the first, hold the name with its mark (the KV-cache index's
-per-replica prefix depth), the first claim's owner ('' when unclaimed) and how many claims in a row it owns
-(see Store.hgetall_many_depths_and_claims)."""
+per-replica prefix depth), and each claim owner's deepest position among the claim keys + 1, up to the first
+unclaimed one (see Store.hgetall_many_depths_and_claims)."""
 
 
 _ADMIT_LUA = """
@@ -264,9 +264,9 @@ class RedisStore:
 
         results = await self._call(run())
         rows = [{k.decode(): v for k, v in r.items()} for r in results[:-1]]
-        flat, owner, claimed = results[-1]
+        flat, claimed = results[-1]
         depths = {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
-        return rows, depths, ({owner.decode(): int(claimed)} if owner else {})
+        return rows, depths, {claimed[i].decode(): int(claimed[i + 1]) for i in range(0, len(claimed), 2)}
 
     async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
         if not keys:

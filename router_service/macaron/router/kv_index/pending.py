@@ -9,6 +9,11 @@ depths (`Store.hgetall_many_depths_and_claims`), and a claimed replica counts as
 spread and prefix scorers until the engine's events confirm it or the claim expires. A request that continues a
 session ignores claims: its own replica holds its history.
 
+A claim counts to its owner's deepest claimed block, not only while it owns the keys in a row from the first: every
+prompt of a specialist opens with the same profile prompt, whose first blocks were claimed (first writer wins) by
+whichever replica first served that specialist; a new head's claim starts behind them, and read as a run from the
+first key it was one block of the old owner's, and a head's sessions that started together were spread blind.
+
 This router's own claims are kept here too (until their TTL), so its next placement sees them before the write
 lands, and while the store is down.
 """
@@ -31,15 +36,16 @@ MAX_LOCAL = 8192
 """Most block claims of this router's kept in process (expired ones are dropped first)."""
 
 
-def leading_owner(claims: Mapping[str, tuple[str, float]], keys: Sequence[str], now: float) -> dict[str, int]:
-    """The owner of the first live claim among `keys` and how many claims in a row, from the first, it owns."""
-    owner, depth = None, 0
-    for key in keys:
+def deepest_claims(claims: Mapping[str, tuple[str, float]], keys: Sequence[str], now: float) -> dict[str, int]:
+    """Each owner's deepest live claim among `keys` (+ 1), up to the first key without one (`claim_depths` of
+    the store): a replica claimed block k only when it was sent the prompt's blocks 0..k."""
+    out: dict[str, int] = {}
+    for position, key in enumerate(keys):
         entry = claims.get(key)
-        if entry is None or entry[1] <= now or (owner is not None and entry[0] != owner):
+        if entry is None or entry[1] <= now:
             break
-        owner, depth = entry[0], depth + 1
-    return {owner: depth} if owner is not None else {}
+        out[entry[0]] = position + 1
+    return out
 
 
 def holds_head(snapshot: Snapshot, min_share: float) -> bool:
@@ -89,7 +95,7 @@ class PendingClaims:
         this router's own (its write may not have landed yet, or the store is down)."""
         if stored or not self.enabled:
             return dict(stored)
-        return leading_owner(self._local, kv_keys[: self.max_blocks], self._clock())
+        return deepest_claims(self._local, kv_keys[: self.max_blocks], self._clock())
 
     def claim(self, kv_keys: Sequence[str], replica: str) -> Coroutine[Any, Any, None] | None:
         """Claims the prompt's head for `replica`: here at once, and returns the store write to run in the

@@ -63,7 +63,9 @@ def build_profile(policy: str, settings: RouterSettings) -> PlacementProfile:
         return PlacementProfile(policy, [plugin("healthy")], [WeightedScorer(plugin("load"), 1.0)], plugin("max_score"))
     if policy == "prefix_affinity":
         w = settings.weights
-        scorers = [WeightedScorer(SessionSpreadScorer(settings.head_group) if name == "spread" else plugin(name), weight)
+        own = {"spread": lambda: SessionSpreadScorer(settings.head_group),
+               "prefix_home": lambda: PrefixHomeScorer(min(1.0, settings.head_group.min_share))}
+        scorers = [WeightedScorer(own[name]() if name in own else plugin(name), weight)
                    for name, weight in (("prefix", w.prefix), ("prefix_home", w.home), ("load", w.load),
                                         ("session", w.session), ("spread", w.spread), ("adapter", w.adapter)) if weight > 0]
         guard = BalanceGuard(settings.balance_abs_threshold, settings.balance_rel_threshold)

@@ -10,6 +10,7 @@ The read sums the live routers' counts, using this router's own live counts for 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter, deque
@@ -29,6 +30,9 @@ LOAD_KEY = "load"
 HEARTBEAT_FIELD = "@"
 SPREAD_KEY = "spread"
 """`spread:<window number>`: a hash of replica → sessions placed there in that window (the spread scorer's)."""
+RECENT_PLACEMENTS_S = 60.0
+"""How long this router remembers its own session placements for `SnapshotReader.caught_up` (far longer than
+a snapshot waits to be used)."""
 
 
 def spread_keys(now: int, window_s: float) -> tuple[str, str]:
@@ -169,6 +173,8 @@ class SnapshotReader:
         self.spread_window_s = spread_window_s
         self.spread_local: Counter[str] = Counter()
         """Sessions this router placed whose count is not in the store yet (added to what the store says)."""
+        self._placed: deque[tuple[float, str]] = deque()
+        """(when, monotonic; replica) of the sessions this router placed in the last RECENT_PLACEMENTS_S."""
         self._landed: deque[tuple[float, str]] = deque()
         """(when its write landed, monotonic; replica) of this router's session counts: still added to rows read
         before that (the shared counts' rows are kept a while), dropped once newer rows are in."""
@@ -237,9 +243,11 @@ class SnapshotReader:
             known = self.index.overlay(hashes, ()) if self.index is not None else ()
             approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
             share, predicted = self._estimates(request, approx, {})
-            return Snapshot(load=local, prefix=approx, total_blocks=len(hashes), down=self.down(), degraded=True,
+            return Snapshot(load=local, own_load=local, prefix=approx, total_blocks=len(hashes), down=self.down(),
+                            degraded=True,
                             prefix_share=share, predicted_tokens=predicted, sessions=dict(self.spread_local),
-                            claimed=self.pending.merge(kv, {}) if claim_keys and self.pending else {})
+                            claimed=self.pending.merge(kv, {}) if claim_keys and self.pending else {},
+                            counted_at=time.monotonic())
         load = self.tracker.merge(rows[0], now) if with_load else {}
         sessions = self._own_sessions(rows_at)
         for row in rows[1:1 + len(spread)]:
@@ -252,6 +260,7 @@ class SnapshotReader:
         ages = {r: now - _stamp(known[n - 1].get(r)) for r, n in approx.items() if r not in precise and n}
         return Snapshot(
             load=load,
+            own_load={r: n for r, n in self.tracker.local.items() if n} if with_load else {},
             prefix={**{r: n for r, n in approx.items() if r not in precise}, **precise},
             total_blocks=len(hashes),
             down=self.down(),
@@ -262,6 +271,7 @@ class SnapshotReader:
             approx_age_ms=ages,
             sessions=dict(sessions),
             claimed=self.pending.merge(kv, claims) if claim_keys and self.pending else {},
+            counted_at=time.monotonic(),
         )
 
     def read_at_once(self, request: PlacementRequest, *, with_load: bool = True) -> Snapshot | None:
@@ -329,6 +339,7 @@ class SnapshotReader:
         kv = request.kv_keys
         return Snapshot(
             load=load,
+            own_load={r: n for r, n in self.tracker.local.items() if n} if load else {},
             prefix={**plan.approx, **plan.precise},
             total_blocks=len(request.block_hashes),
             down=self.down(),
@@ -338,13 +349,45 @@ class SnapshotReader:
             predicted_tokens=plan.predicted,
             sessions=dict(sessions),
             claimed=self.pending.merge(kv, claims) if plan.claim_keys and self.pending is not None else {},
+            counted_at=time.monotonic(),
         )
 
     def placed_session(self, replica: str) -> Awaitable[None]:
         """A session was placed on `replica` (its first turn, or it moved): counted in the current window, here
         at once (the next read sees it before the store does); the returned write counts it in the store."""
         self.spread_local[replica] += 1
+        now = time.monotonic()
+        self._placed.append((now, replica))
+        while self._placed and self._placed[0][0] < now - RECENT_PLACEMENTS_S:
+            self._placed.popleft()
         return self._count_session(replica)
+
+    def caught_up(self, snapshot: Snapshot, request: PlacementRequest) -> Snapshot:
+        """`snapshot` with what this router did since it was read: its own requests in flight now, the sessions it
+        placed since their count, and its own head claims when the snapshot has none. Sessions that start together are decided side by side,
+        each on a snapshot read before the others were placed; without this they all see the same empty replicas
+        (and the same unclaimed head), and the first sessions of two applications can land together."""
+        changes: dict[str, object] = {}
+        own_now = {r: n for r, n in self.tracker.local.items() if n}
+        if snapshot.counted_at and (snapshot.load or own_now) and own_now != dict(snapshot.own_load):
+            load = Counter(snapshot.load)
+            load.subtract(snapshot.own_load)
+            load.update(own_now)
+            changes["load"] = {r: n for r, n in load.items() if n > 0}
+            changes["own_load"] = own_now
+        if snapshot.counted_at and self._placed and self._placed[-1][0] > snapshot.counted_at:
+            sessions = Counter(snapshot.sessions)
+            for at, replica in reversed(self._placed):
+                if at <= snapshot.counted_at:
+                    break
+                sessions[replica] += 1
+            changes["sessions"] = dict(sessions)
+        if (not snapshot.claimed and self.pending is not None and request.kv_keys
+                and request.session_replica is None):
+            claimed = self.pending.merge(request.kv_keys, {})
+            if claimed:
+                changes["claimed"] = claimed
+        return dataclasses.replace(snapshot, **changes) if changes else snapshot  # type: ignore[arg-type]
 
     async def _count_session(self, replica: str) -> None:
         try:

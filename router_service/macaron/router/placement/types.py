@@ -84,7 +84,13 @@ class Snapshot:
     """KV-cache tokens each replica holds at most (`max_total_num_tokens` of its server info); absent: unknown."""
     claimed: Mapping[str, int] = field(default_factory=dict)
     """Pending head claims (kv_index.pending): the replica a router just sent this prompt's head to, and how many
-    of its leading KV blocks it claimed, before the engine's events report them (at most one replica)."""
+    of its leading KV blocks it holds by its claims (its deepest claim), before the engine's events report them."""
+    counted_at: float = 0.0
+    """When `sessions` were counted (monotonic; 0: unknown): sessions this router placed since then are not in
+    them (`SnapshotReader.caught_up` adds them)."""
+    own_load: Mapping[str, int] = field(default_factory=dict)
+    """This router's own in-flight requests per replica when `load` was merged (part of `load`), so that
+    `SnapshotReader.caught_up` can replace it with the requests in flight now."""
 
 
 class Filter(Protocol):

@@ -6,8 +6,13 @@ without any shared state. It matters when the prefix index knows nothing yet (se
 routing the first turns of sessions that share a system prompt at the same moment): they all
 send it home instead of spreading it by load, and load is then bounded by the balance guard
 (consistent hashing with bounded load). Once blocks are recorded, the prefix scorer leads; and
-once an engine's own KV-cache events say it holds part of the prompt, home stays silent (the
-engines' truth decides, not a hash of the head).
+once an engine's own KV-cache events say it holds the prompt's head (`min_share` of it, the
+head grouping's share), home stays silent (the engines' truth decides, not a hash of the head).
+A shorter match does not silence it: every prompt of a specialist opens with the specialist's
+profile prompt, so a block or two of it is cached wherever that specialist served before, and
+that says nothing about where this prompt's head lives. (It did silence home, and the first
+sessions of two applications, placed before anything of their heads was cached, met on the
+replica that had served both specialists' profile prompts.)
 """
 
 from __future__ import annotations
@@ -24,10 +29,14 @@ class PrefixHomeScorer:
     name = "prefix_home"
     category = "affinity"
 
+    def __init__(self, min_share: float = 0.5) -> None:
+        self.min_share = min_share
+        """An engine known to hold this share of the prompt silences home (RouterSettings.head_group.min_share)."""
+
     def score(self, request: PlacementRequest, replicas: Sequence[str], snapshot: Snapshot) -> dict[str, float]:
         if not request.block_hashes or not replicas:
             return {r: 0.0 for r in replicas}
-        if any(snapshot.prefix_share.get(r, 0.0) > 0 for r in snapshot.precise if r in replicas):
+        if any(snapshot.prefix_share.get(r, 0.0) >= self.min_share for r in snapshot.precise if r in replicas):
             return {r: 0.0 for r in replicas}
         home = rendezvous(request.block_hashes[0], sorted(replicas))
         return {r: 1.0 if r == home else 0.0 for r in replicas}
