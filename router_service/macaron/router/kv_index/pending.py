@@ -9,10 +9,11 @@ depths (`Store.hgetall_many_depths_and_claims`), and a claimed replica counts as
 spread and prefix scorers until the engine's events confirm it or the claim expires. A request that continues a
 session ignores claims: its own replica holds its history.
 
-A claim counts to its owner's deepest claimed block, not only while it owns the keys in a row from the first: every
-prompt of a specialist opens with the same profile prompt, whose first blocks were claimed (first writer wins) by
-whichever replica first served that specialist; a new head's claim starts behind them, and read as a run from the
-first key it was one block of the old owner's, and a head's sessions that started together were spread blind.
+A claim counts to its owner's deepest claimed block (a replica claims block k only when it was sent blocks 0..k).
+Every prompt of a specialist opens with the same profile prompt, whose first blocks were claimed (first writer
+wins) by whichever replica first served that specialist, so a new head's claims start behind keys another replica
+owns. Read as the run of keys owned by the first key's owner, as they once were, they counted as one block of that
+other replica's, and a head's sessions that started together were spread blind.
 
 This router's own claims are kept here too (until their TTL), so its next placement sees them before the write
 lands, and while the store is down.

@@ -364,9 +364,10 @@ class SnapshotReader:
 
     def caught_up(self, snapshot: Snapshot, request: PlacementRequest) -> Snapshot:
         """`snapshot` with what this router did since it was read: its own requests in flight now, the sessions it
-        placed since their count, and its own head claims when the snapshot has none. Sessions that start together are decided side by side,
-        each on a snapshot read before the others were placed; without this they all see the same empty replicas
-        (and the same unclaimed head), and the first sessions of two applications can land together."""
+        placed since their count, and its own head claims when the snapshot has none. Sessions that start together
+        are decided side by side, each on a snapshot read before the others were placed; without this they all see
+        the same empty replicas (and the same unclaimed head), and the first sessions of two applications can land
+        together."""
         changes: dict[str, object] = {}
         own_now = {r: n for r, n in self.tracker.local.items() if n}
         if snapshot.counted_at and (snapshot.load or own_now) and own_now != dict(snapshot.own_load):
