@@ -28,6 +28,7 @@ from typing import Any, Callable, Coroutine, Mapping, Sequence
 
 from macaron.router.placement.types import PlacementRequest, Snapshot
 from macaron.store import Store
+from macaron.store.base import claim_depths
 
 CLAIM_PREFIX = "kvpend:"
 WRITE_DEADLINE_S = 1.0
@@ -38,15 +39,9 @@ MAX_LOCAL = 8192
 
 
 def deepest_claims(claims: Mapping[str, tuple[str, float]], keys: Sequence[str], now: float) -> dict[str, int]:
-    """Each owner's deepest live claim among `keys` (+ 1), up to the first key without one (`claim_depths` of
-    the store): a replica claimed block k only when it was sent the prompt's blocks 0..k."""
-    out: dict[str, int] = {}
-    for position, key in enumerate(keys):
-        entry = claims.get(key)
-        if entry is None or entry[1] <= now:
-            break
-        out[entry[0]] = position + 1
-    return out
+    """`claim_depths` (the store's reading) of this router's own live claims among `keys`."""
+    live = (claims.get(key) for key in keys)
+    return claim_depths([None if e is None or e[1] <= now else e[0].encode() for e in live])
 
 
 def holds_head(snapshot: Snapshot, min_share: float) -> bool:

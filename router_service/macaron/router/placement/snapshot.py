@@ -90,6 +90,10 @@ class LoadTracker:
         self.local[replica] = max(0, self.local[replica] - 1)
         self._changed.set()
 
+    def in_flight(self) -> dict[str, int]:
+        """This router's requests in flight per replica (replicas with none left out)."""
+        return {r: n for r, n in self.local.items() if n}
+
     def fields(self) -> dict[str, bytes]:
         out = {f"{self.router_id}|{r}": str(n).encode() for r, n in self.local.items()}
         out[f"{self.router_id}|{HEARTBEAT_FIELD}"] = str(now_ms()).encode()
@@ -239,7 +243,7 @@ class SnapshotReader:
             else:
                 rows, precise = await self.store.hgetall_many(keys), {}
         except StoreUnavailableError:
-            local = {r: n for r, n in self.tracker.local.items() if n}
+            local = self.tracker.in_flight()
             known = self.index.overlay(hashes, ()) if self.index is not None else ()
             approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
             share, predicted = self._estimates(request, approx, {})
@@ -260,7 +264,7 @@ class SnapshotReader:
         ages = {r: now - _stamp(known[n - 1].get(r)) for r, n in approx.items() if r not in precise and n}
         return Snapshot(
             load=load,
-            own_load={r: n for r, n in self.tracker.local.items() if n} if with_load else {},
+            own_load=self.tracker.in_flight() if with_load else {},
             prefix={**{r: n for r, n in approx.items() if r not in precise}, **precise},
             total_blocks=len(hashes),
             down=self.down(),
@@ -330,7 +334,7 @@ class SnapshotReader:
         sessions = self._own_sessions(self.counts.read_at if self.counts is not None and not degraded
                                       else time.monotonic())
         if degraded:
-            load = {r: n for r, n in self.tracker.local.items() if n}
+            load = self.tracker.in_flight()
         elif plan.rows:
             load = self.tracker.merge(plan.rows[0], plan.now)
             for row in plan.rows[1:]:
@@ -339,7 +343,7 @@ class SnapshotReader:
         kv = request.kv_keys
         return Snapshot(
             load=load,
-            own_load={r: n for r, n in self.tracker.local.items() if n} if load else {},
+            own_load=self.tracker.in_flight() if load else {},
             prefix={**plan.approx, **plan.precise},
             total_blocks=len(request.block_hashes),
             down=self.down(),
@@ -369,8 +373,8 @@ class SnapshotReader:
         the same empty replicas (and the same unclaimed head), and the first sessions of two applications can land
         together."""
         changes: dict[str, object] = {}
-        own_now = {r: n for r, n in self.tracker.local.items() if n}
-        if snapshot.counted_at and (snapshot.load or own_now) and own_now != dict(snapshot.own_load):
+        own_now = self.tracker.in_flight()
+        if snapshot.counted_at and own_now != dict(snapshot.own_load):
             load = Counter(snapshot.load)
             load.subtract(snapshot.own_load)
             load.update(own_now)
