@@ -190,6 +190,8 @@ class Stack:
     config: Path
     model_dir: Path
     procs: list[Proc] = field(default_factory=list)
+    cache_redis_url: str = ""
+    """The placement store (load, spread counts, head claims, the KV-cache index)."""
 
     def stop(self) -> None:
         """SIGTERM to every process at once, then wait (SIGKILL after a grace period)."""
@@ -237,6 +239,7 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
         procs.append(redis("redis-state", state_port, "noeviction", workdir))
         procs.append(redis("redis-placement", cache_port, "allkeys-lru", workdir))
         stack.redis_url = f"redis://127.0.0.1:{state_port}/0"
+        stack.cache_redis_url = f"redis://127.0.0.1:{cache_port}/0"
         lora = [f"{n}={p}" for n, p in assets.adapters.items()]
         engine_ports = [free_port() for _ in range(args.replicas)]
         events = json.dumps({"publisher": "zmq", "endpoint": "tcp://127.0.0.1:*"})
@@ -250,7 +253,7 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
         stack.routers = {name: free_port() for name in ("rr", "a", "b")}
         config: dict[str, Any] = {
             "redis_url": stack.redis_url,
-            "cache_redis_url": f"redis://127.0.0.1:{cache_port}/0",
+            "cache_redis_url": stack.cache_redis_url,
             "specialists": {
                 "discovery": {"mode": "static", "urls": stack.engines},
                 "tokenizer_path": str(assets.model_dir),
@@ -285,6 +288,26 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
     except BaseException:
         stack.stop()
         raise
+
+
+SESSION_STATE_PATTERNS = ("*spread:*", "*kvpend:*")
+"""Our routers' placement state that belongs to sessions: spread counts and pending head claims."""
+
+
+def clear_session_state(stack: Stack) -> int:
+    """Deletes our routers' session counts and head claims from the placement store, so that every arm starts with
+    no sessions, as smg's arms do (their processes start fresh for each arm). Without it, an arm's counts hold the
+    previous arm's ended sessions for up to 2 x `router.spread_window_s`, and whichever replicas they happened to
+    leave emptiest take the next arm's first heads and their piles. The KV-cache index (what the engines hold) is
+    left alone: it is engine truth, and the engines keep their caches between arms for every router alike."""
+    import redis as redis_client
+
+    client = redis_client.Redis.from_url(stack.cache_redis_url, socket_timeout=5)
+    try:
+        keys = [k for pattern in SESSION_STATE_PATTERNS for k in client.scan_iter(match=pattern, count=1000)]
+        return client.delete(*keys) if keys else 0
+    finally:
+        client.close()
 
 
 def start_smg(stack: Stack, names: list[str]) -> list[Proc]:
@@ -1057,6 +1080,8 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
         for name in order:
             smg = [t_ for t_ in arms[name] if t_.startswith("smg")]
             procs = start_smg(stack, smg) if smg else []
+            if not args.carry_sessions:
+                clear_session_state(stack)
             try:
                 targets = [stack.smg[t_] if t_ in smg else t_ for t_ in arms[name]]
                 runs[name].append(await multi_turn(senders, name, targets, trace=args.trace, **shape))
@@ -1100,7 +1125,7 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
     out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency", "apps")},
                        "app_chars": args.app_chars if args.apps else None,
-                       "repeats": args.repeats, "kv_tokens": args.kv_tokens, **args.sizes}
+                       "repeats": args.repeats, "carry_sessions": bool(args.carry_sessions), "kv_tokens": args.kv_tokens, **args.sizes}
     log(f"  ({time.monotonic() - t:.1f} s)")
 
 
@@ -1147,6 +1172,9 @@ def main(argv: list[str] | None = None) -> int:
                         "'ours prefix_affinity x2' to study one): the ratios of arms left out are not reported.")
     parser.add_argument("--trace", action="store_true", help="Log every session's first turn of each multi-turn run "
                         "in the order sent: target, replica, predicted and reported cached tokens.")
+    parser.add_argument("--carry-sessions", action="store_true", help="Keep our routers' session counts and head "
+                        "claims from one multi-turn arm to the next (by default each arm starts with none, as smg's "
+                        "freshly started arms do); shows what ended sessions still counted do to placement.")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="The route part prints the N functions of a cProfile of its routes with the most own "
                         "time (the profiler slows the routes it measures: for finding, not comparing).")

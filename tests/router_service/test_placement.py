@@ -277,10 +277,27 @@ def test_a_heads_claim_counts_behind_a_shared_prefix_claimed_by_another_replica(
         write.close()
     assert pending.merge(("profile", "h1", "h2", "h3"), {}) == {A: 1, B: 4}
     assert pending.merge(("other", "h1"), {}) == {}  # nothing claimed from the first block: no claim at all
+
     request = PlacementRequest("chat", ("b",), kv_keys=("profile", "h1", "h2", "h3"), block_tokens=16)
     scored = with_claims(Snapshot(claimed={A: 1, B: 4}), request, 0.5)
     assert scored.prefix_share == {A: 0.25, B: 1.0} and scored.predicted_tokens == {A: 16, B: 64}
     assert SessionSpreadScorer().score(request, [A, B, C], scored) == {A: 0.0, B: 1.0, C: 0.0}
+
+
+def test_own_claims_count_beside_the_stores_reading_of_a_shared_prefix() -> None:
+    """The store's reading of a new head often holds only an old claim of the profile prompt's first block (by
+    another replica) and stops at the head's first key, which this router's own claim has not written yet. The
+    router's own claim of the whole head still counts: the head's next session, placed a moment later, joins it."""
+    pending = PendingClaims(MemoryStore(), ttl_s=30, max_blocks=8)
+    write = pending.claim(("profile", "h1", "h2", "h3"), B)
+    assert write is not None
+    write.close()
+    assert pending.merge(("profile", "h1", "h2", "h3"), {A: 1}) == {A: 1, B: 4}
+    assert pending.merge(("profile", "h1", "h2", "h3"), {A: 1, B: 2}) == {A: 1, B: 4}
+    assert pending.merge(("profile", "x1"), {A: 1, C: 2}) == {A: 1, C: 2, B: 1}
+    reader = SnapshotReader(MemoryStore(), LoadTracker(MemoryStore(), "r"), prefix_ttl_s=60, pending=pending)
+    request = PlacementRequest("chat", ("b",), kv_keys=("profile", "h1", "h2", "h3"), block_tokens=16)
+    assert reader.caught_up(Snapshot(claimed={A: 1}, counted_at=1.0), request).claimed == {A: 1, B: 4}
 
 
 def test_max_score_picker_breaks_ties_by_load_then_the_same_hash_everywhere() -> None:

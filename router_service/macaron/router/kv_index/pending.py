@@ -87,11 +87,19 @@ class PendingClaims:
         return [CLAIM_PREFIX + k for k in kv_keys[: self.max_blocks]] if self.enabled else []
 
     def merge(self, kv_keys: Sequence[str], stored: Mapping[str, int]) -> dict[str, int]:
-        """The claims a placement counts: the store's when it has one (every router's, first writer first), else
-        this router's own (its write may not have landed yet, or the store is down)."""
-        if stored or not self.enabled:
+        """The claims a placement counts: the store's (every router's, first writer first) and this router's own
+        (its write may not have landed yet, or the store is down), each replica at the deeper of the two.
+
+        Both, not either: the store's reading often has a claim of the shared profile prompt's first blocks by
+        another replica (made by an earlier session) and stops at the first key not written yet, while this router's
+        own claim of the new head behind them is still on its way; taking the store's alone then hid it, and the
+        head's next session, started a moment later on this router, was placed as if nobody held the head."""
+        if not self.enabled:
             return dict(stored)
-        return deepest_claims(self._local, kv_keys[: self.max_blocks], self._clock())
+        merged = dict(stored)
+        for replica, depth in deepest_claims(self._local, kv_keys[: self.max_blocks], self._clock()).items():
+            merged[replica] = max(merged.get(replica, 0), depth)
+        return merged
 
     def claim(self, kv_keys: Sequence[str], replica: str) -> Coroutine[Any, Any, None] | None:
         """Claims the prompt's head for `replica`: here at once, and returns the store write to run in the

@@ -368,7 +368,7 @@ class SnapshotReader:
 
     def caught_up(self, snapshot: Snapshot, request: PlacementRequest) -> Snapshot:
         """`snapshot` with what this router did since it was read: its own requests in flight now, the sessions it
-        placed since their count, and its own head claims when the snapshot has none. Sessions that start together
+        placed since their count, and its own head claims (each replica at the deeper of its own and the store's). Sessions that start together
         are decided side by side, each on a snapshot read before the others were placed; without this they all see
         the same empty replicas (and the same unclaimed head), and the first sessions of two applications can land
         together."""
@@ -387,10 +387,9 @@ class SnapshotReader:
                     break
                 sessions[replica] += 1
             changes["sessions"] = dict(sessions)
-        if (not snapshot.claimed and self.pending is not None and request.kv_keys
-                and request.session_replica is None):
-            claimed = self.pending.merge(request.kv_keys, {})
-            if claimed:
+        if self.pending is not None and request.kv_keys and request.session_replica is None:
+            claimed = self.pending.merge(request.kv_keys, snapshot.claimed)
+            if claimed != dict(snapshot.claimed):
                 changes["claimed"] = claimed
         return dataclasses.replace(snapshot, **changes) if changes else snapshot  # type: ignore[arg-type]
 
