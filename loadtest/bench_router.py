@@ -41,7 +41,9 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    their caches (`cached_tokens`) and mean TTFT for ours prefix_affinity, ours round_robin,
    smg cache_aware, two of ours (requests alternating between A and B) and two smg with
    --enable-mesh (alternating likewise). Each arm runs --repeats times, arms interleaved (the
-   order rotates every round), every run with its own salt at the head of its system prompts;
+   order rotates every round), every run with its own salt at the head of its system prompts,
+   every run of ours on freshly started routers with no session counts or claims in the store (as
+   smg is started for each of its runs; `--carry-sessions` keeps them running instead);
    medians and spreads are printed, ratios are of medians. `index_overclaim_share`: of our
    prefix_affinity turns, those where the router predicted more cached tokens than the engine
    reported. Each run's cached-token ceiling (`cached_ceiling`: the most any router could serve from
@@ -266,11 +268,8 @@ def start_stack(args: argparse.Namespace, workdir: Path) -> Stack:
             config["classifier"]["artifact_path"] = args.classifier_artifact
         stack.config.write_text(yaml.safe_dump(config))
         procs.append(macaron("specialists", ["specialist", "--name", "all"], workdir, stack.config))
-        for name, port in stack.routers.items():
-            policy = "round_robin" if name == "rr" else "prefix_affinity"
-            procs.append(macaron(f"router-{name}", ["router", "--port", str(port), "--policy", policy,
-                                                    "--router-id", f"bench-{name}"], workdir, stack.config,
-                                 env=args.arm_b if name == "b" else None))
+        for name in stack.routers:
+            procs.append(start_router(stack, name, args.arm_b))
         deadline = time.monotonic() + START_TIMEOUT_S
         for i, url in enumerate(stack.engines):
             wait_http(next(p for p in procs if p.name == f"engine{i}"), url + "/health", deadline)
@@ -295,11 +294,11 @@ SESSION_STATE_PATTERNS = ("*spread:*", "*kvpend:*")
 
 
 def clear_session_state(stack: Stack) -> int:
-    """Deletes our routers' session counts and head claims from the placement store, so that every arm starts with
-    no sessions, as smg's arms do (their processes start fresh for each arm). Without it, an arm's counts hold the
-    previous arm's ended sessions for up to 2 x `router.spread_window_s`, and whichever replicas they happened to
-    leave emptiest take the next arm's first heads and their piles. The KV-cache index (what the engines hold) is
-    left alone: it is engine truth, and the engines keep their caches between arms for every router alike."""
+    """Deletes our routers' session counts and head claims from the placement store. Without it (and the routers'
+    restart, `fresh_routers`), an arm's counts hold the previous arm's ended sessions for up to 2 x
+    `router.spread_window_s`, and whichever replicas they happened to leave emptiest take the next arm's first heads
+    and their piles. The KV-cache index (what the engines hold) is left alone: it is engine truth, and the engines
+    keep their caches between arms for every router alike."""
     import redis as redis_client
 
     client = redis_client.Redis.from_url(stack.cache_redis_url, socket_timeout=5)
@@ -308,6 +307,30 @@ def clear_session_state(stack: Stack) -> int:
         return client.delete(*keys) if keys else 0
     finally:
         client.close()
+
+
+def start_router(stack: Stack, name: str, arm_b: dict[str, str] | None) -> Proc:
+    """One of our routers ("rr": round robin; "a", "b": prefix affinity, sharing the placement store)."""
+    policy = "round_robin" if name == "rr" else "prefix_affinity"
+    return macaron(f"router-{name}", ["router", "--port", str(stack.routers[name]), "--policy", policy,
+                                      "--router-id", f"bench-{name}"], stack.workdir, stack.config,
+                   env=arm_b if name == "b" else None)
+
+
+def fresh_routers(stack: Stack, names: list[str], arm_b: dict[str, str] | None) -> None:
+    """Restarts our named routers and clears their session state in the placement store (`clear_session_state`),
+    so an arm starts with no sessions counted anywhere, as smg's arms do. The engines, their caches and the
+    KV-cache index they publish stay as they are, for every arm alike."""
+    clear_session_state(stack)
+    for name in names:
+        old = next(p for p in stack.procs if p.name == f"router-{name}")
+        old.stop()
+        new = start_router(stack, name, arm_b)
+        stack.procs[stack.procs.index(old)] = new
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for name in names:
+        wait_grpc(next(p for p in stack.procs if p.name == f"router-{name}"), stack.routers[name], "macaron.v1.Router",
+                  deadline)
 
 
 def start_smg(stack: Stack, names: list[str]) -> list[Proc]:
@@ -542,6 +565,17 @@ class Senders:
                 rows.append((profile.lora_path, ids))
             requests.append(rows)
         return cached_ceiling(requests, BLOCK_SIZE)
+
+    async def reconnect(self, names: list[str]) -> None:
+        """New channels to the named routers (after their restart: an old channel may still be backing off)."""
+        import grpc
+
+        from macaron.v1 import router_pb2_grpc
+
+        for name in names:
+            await self.channels[name].close()
+            self.channels[name] = grpc.aio.insecure_channel(f"127.0.0.1:{self.stack.routers[name]}")
+            self.routers[name] = router_pb2_grpc.RouterStub(self.channels[name])
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -1080,8 +1114,10 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
         for name in order:
             smg = [t_ for t_ in arms[name] if t_.startswith("smg")]
             procs = start_smg(stack, smg) if smg else []
-            if not args.carry_sessions:
-                clear_session_state(stack)
+            if any(t_ in ("a", "b") for t_ in arms[name]) and not args.carry_sessions:
+                # both, whichever the arm uses: a router left running republishes its sessions with its load
+                await asyncio.to_thread(fresh_routers, stack, ["a", "b"], args.arm_b)
+                await senders.reconnect(["a", "b"])
             try:
                 targets = [stack.smg[t_] if t_ in smg else t_ for t_ in arms[name]]
                 runs[name].append(await multi_turn(senders, name, targets, trace=args.trace, **shape))
@@ -1172,9 +1208,10 @@ def main(argv: list[str] | None = None) -> int:
                         "'ours prefix_affinity x2' to study one): the ratios of arms left out are not reported.")
     parser.add_argument("--trace", action="store_true", help="Log every session's first turn of each multi-turn run "
                         "in the order sent: target, replica, predicted and reported cached tokens.")
-    parser.add_argument("--carry-sessions", action="store_true", help="Keep our routers' session counts and head "
-                        "claims from one multi-turn arm to the next (by default each arm starts with none, as smg's "
-                        "freshly started arms do); shows what ended sessions still counted do to placement.")
+    parser.add_argument("--carry-sessions", action="store_true", help="Keep our routers running, with their session "
+                        "counts and head claims, from one multi-turn arm to the next (by default they are restarted "
+                        "and their session state cleared before each of their arms, as smg is started for each of "
+                        "its own); shows what ended sessions still counted do to placement.")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="The route part prints the N functions of a cProfile of its routes with the most own "
                         "time (the profiler slows the routes it measures: for finding, not comparing).")

@@ -141,6 +141,11 @@ def make_core(tokenizer, engines: Engines, store, **settings) -> RoutingCore:
                        router_id=f"t{uuid.uuid4().hex[:6]}", server_info=engines.server_info)
 
 
+def head_key(core: RoutingCore, request: ChatRequest) -> str:
+    """The prompt's head block as placement keys its home and ties (past the specialist's profile prompt)."""
+    return core.placement_request(RouteRequest(request, owner="o"), "chat").tie_key
+
+
 def chat(*turns: str) -> ChatRequest:
     roles = ["user", "assistant"]
     return ChatRequest(tuple(Message(roles[i % 2], t) for i, t in enumerate(turns)))
@@ -184,8 +189,7 @@ async def test_a_long_shared_head_diverging_later_goes_where_the_engine_holds_th
     try:
         await following(core)
         mine = conversation("the southern warehouse records of last quarter")
-        head = core.prompt_blocks(mine, "chat")[0]
-        home = rendezvous(head, sorted(REPLICAS))
+        home = rendezvous(head_key(core, mine), sorted(REPLICAS))
         other = next(r for r in REPLICAS if r != home)
         before = core.kv_writer.applied
         engines.serve(home, tokens_of(core, conversation("the budget forecast")))  # same head, other tail
@@ -321,7 +325,7 @@ async def start_session(core: RoutingCore, i: int):
 async def head_resident_off_its_home(core: RoutingCore, engines) -> tuple[str, str]:
     """Serve the application's first session on a replica other than its head's home; return (home, holder)."""
     await following(core)
-    home = rendezvous(core.prompt_blocks(app_session(0), "chat")[0], sorted(REPLICAS))
+    home = rendezvous(head_key(core, app_session(0)), sorted(REPLICAS))
     holder = next(r for r in REPLICAS if r != home)
     before = core.kv_writer.applied
     engines.serve(holder, tokens_of(core, app_session(0)))
@@ -369,7 +373,7 @@ async def test_an_engine_that_evicted_or_restarted_is_no_longer_credited(tokeniz
     try:
         await following(core)
         mine = conversation("the southern warehouse records of last quarter")
-        home = rendezvous(core.prompt_blocks(mine, "chat")[0], sorted(REPLICAS))
+        home = rendezvous(head_key(core, mine), sorted(REPLICAS))
         other = next(r for r in REPLICAS if r != home)
         before = core.kv_writer.applied
         engines.serve(other, tokens_of(core, mine))
@@ -409,7 +413,7 @@ async def test_a_router_that_starts_late_places_on_the_truth_only_with_a_shared_
     mine = conversation("the southern warehouse records of last quarter")
     try:
         await following(first)
-        home = rendezvous(first.prompt_blocks(mine, "chat")[0], sorted(REPLICAS))
+        home = rendezvous(head_key(first, mine), sorted(REPLICAS))
         other = next(r for r in REPLICAS if r != home)
         before = first.kv_writer.applied
         engines.serve(other, tokens_of(first, mine))

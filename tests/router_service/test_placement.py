@@ -18,9 +18,9 @@ from macaron.router.placement.scorers import (
 )
 from macaron.router.kv_index.pending import PendingClaims
 from macaron.router.placement.shared_counts import SharedCounts
-from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
+from macaron.router.placement.snapshot import LoadTracker, SnapshotReader, spread_keys
 from macaron.router.placement.types import NoReplicaError
-from macaron.router.prefix_index import PrefixIndex, block_hashes, block_keys, matched_blocks, now_ms
+from macaron.router.prefix_index import PrefixIndex, block_hashes, block_keys, head_block, matched_blocks, now_ms
 from macaron.router.settings import HeadGroupSettings, RouterSettings
 from macaron.store import MemoryStore
 
@@ -134,6 +134,45 @@ async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_
     await two.placed_session(B)
     assert (await one.read(req)).sessions == {A: 2, B: 1} == (await two.read(req)).sessions
     assert (await one.read(req, with_load=False)).sessions == {}  # round robin reads nothing of it
+
+
+async def test_a_routers_own_sessions_count_once_whenever_its_write_lands() -> None:
+    """Each router writes its own field of a window's spread hash and takes its own counts from process memory: a
+    read whose reply already holds this router's write in flight counts the session once, not twice (twice made a
+    head's holder look a session fuller, and the `max_excess` bound sent the head's next session elsewhere)."""
+    store = MemoryStore()
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    req = PlacementRequest("chat", ("h",))
+    write = one.placed_session(A)
+    await write  # landed before the read is answered
+    assert (await one.read(req)).sessions == {A: 1}
+    rows = await store.hgetall_many(list(spread_keys(now_ms(), WINDOW_S)))
+    assert rows[0] == {f"r1|{A}": b"1"}  # this router's own field
+    await two.placed_session(A)
+    assert (await one.read(req)).sessions == {A: 2} == (await two.read(req)).sessions
+    # an older router's plain replica field counts as another router's
+    await store.hincrby(spread_keys(now_ms(), WINDOW_S)[0], B, 1, 60)
+    assert (await one.read(req)).sessions == {A: 2, B: 1}
+
+
+async def test_a_lost_session_count_write_heals_with_the_load_heartbeat() -> None:
+    """The first turns of a burst, on a loaded machine, can miss the store's deadline: the counts are absolute and
+    ride on the load publisher, so the other routers see them within a heartbeat."""
+    store = MemoryStore()
+    tracker = LoadTracker(store, "r1", heartbeat_s=0.05)
+    one = SnapshotReader(store, tracker, prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    req = PlacementRequest("chat", ("h",))
+    for replica in (A, A, B):
+        one.placed_session(replica).close()  # every write lost
+    assert (await two.read(req)).sessions == {}
+    tracker.start()
+    try:
+        await asyncio.sleep(0.2)
+        assert (await two.read(req)).sessions == {A: 2, B: 1} == (await one.read(req)).sessions
+    finally:
+        await tracker.stop()
 
 
 async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_routers_own() -> None:
@@ -298,6 +337,25 @@ def test_own_claims_count_beside_the_stores_reading_of_a_shared_prefix() -> None
     reader = SnapshotReader(MemoryStore(), LoadTracker(MemoryStore(), "r"), prefix_ttl_s=60, pending=pending)
     request = PlacementRequest("chat", ("b",), kv_keys=("profile", "h1", "h2", "h3"), block_tokens=16)
     assert reader.caught_up(Snapshot(claimed={A: 1}, counted_at=1.0), request).claimed == {A: 1, B: 4}
+
+
+def test_a_prompts_home_is_keyed_past_the_specialists_profile_prompt() -> None:
+    """Every prompt of a specialist opens with its profile prompt: two applications' heads behind it get homes of
+    their own (independent of each other), while the sessions of one application share theirs."""
+    profile = "You are the assistant of the harbour office. " * 12  # 552 characters: two whole blocks and a part
+
+    def head(system: str, user: str) -> str:
+        text = f"<|system|>{profile}\n\n{system}<|user|>{user}<|assistant|>"
+        return head_block(block_hashes(text, block_chars=256, seed="chat", max_blocks=64), text, profile, 256)
+
+    app_a, app_b = "Billing desk. " * 40, "Shipping desk. " * 40
+    assert head(app_a, "first question") == head(app_a, "another question, much later")
+    assert head(app_a, "first question") != head(app_b, "first question")
+    first = block_hashes(f"<|system|>{profile}", block_chars=256, seed="chat", max_blocks=64)[0]
+    assert head(app_a, "q") != first  # not the profile's own first block, which every application shares
+    assert head_block([], "text", profile, 256) == ""
+    short = block_hashes("tiny prompt " * 30, block_chars=256, seed="chat", max_blocks=64)
+    assert head_block(short, "tiny prompt " * 30, profile, 256) == short[0]  # no profile in it: the first block
 
 
 def test_max_score_picker_breaks_ties_by_load_then_the_same_hash_everywhere() -> None:

@@ -45,6 +45,20 @@ def block_hashes(text: str, *, block_chars: int, seed: str, max_blocks: int) -> 
     return out
 
 
+def head_block(hashes: Sequence[str], text: str, shared_prefix: str, block_chars: int) -> str:
+    """The hash of the block where `text` stops being `shared_prefix` (the specialist's own profile prompt, which
+    every prompt of that specialist opens with): the first block that names this prompt's own head (an
+    application's system prompt, or the conversation), chained over everything before it. Keying a prompt's home
+    and ties on its first block instead gave every application of a specialist the same home, so the first
+    sessions of two applications that started together on two routers met there. The last hashed block when the
+    prompt ends within a block or two of the profile; "" without blocks."""
+    if not hashes:
+        return ""
+    at = text.find(shared_prefix) if shared_prefix else -1
+    end = at + len(shared_prefix) if at >= 0 else 0
+    return hashes[min(end // block_chars, len(hashes) - 1)]
+
+
 def adapter_seed(adapter: str, version: str) -> str:
     """The chain's seed: blocks are cached per adapter and version."""
     return f"{adapter}@{version}" if version else adapter

@@ -63,7 +63,7 @@ from macaron.router.kv_index.subscriber import KVEventFollower
 from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
-from macaron.router.prefix_index import PrefixIndex, adapter_seed, block_hashes
+from macaron.router.prefix_index import PrefixIndex, adapter_seed, block_hashes, head_block
 from macaron.router.sessions import SessionStore, session_key
 from macaron.router.sessions import decode as decode_session
 from macaron.router.settings import RouterSettings
@@ -584,9 +584,12 @@ class RoutingCore:
             if self.kv_follower is not None and tokens:
                 kv_keys = tuple(block_keys_of_tokens(tokens, block_size=s.kv_events.block_size,
                                                      lora_id=lora_id_for(adapter), max_blocks=s.kv_events.max_blocks))
-        # ties (nothing cached anywhere yet) go by the prompt's head, so requests sharing a system
-        # prompt meet on one replica even before the index has them; else by session, else request
-        tie_key = hashes[0] if hashes else (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
+        # ties (nothing cached anywhere yet) and the home go by the prompt's own head (the first block past the
+        # specialist's profile prompt), so requests sharing a system prompt meet on one replica even before the index
+        # has them, and two applications' heads do not share one home; else by session, else request
+        profile = self.profiles.get(specialist)
+        head = head_block(hashes, text or "", profile.system_prompt if profile is not None else "", s.prefix_block_chars)
+        tie_key = head or (f"{req.owner}\x00{req.session_id}" if req.session_id else req.request_id)
         engine_truth_only = bool(kv_keys) and self.kv_follower is not None and self.kv_follower.follows_all()
         return PlacementRequest(specialist, hashes, None, tie_key, kv_keys=kv_keys,
                                 prompt_tokens=n_tokens, prompt_chars=n_chars, block_tokens=s.kv_events.block_size,

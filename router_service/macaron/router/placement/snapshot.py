@@ -5,6 +5,15 @@ requests on the replica, and `<router id>|@` → when it last published (ms). Ea
 absolute counts (never increments), so a lost write or a Redis restart heals at the next
 publish, and a crashed router's counts stop counting once its heartbeat is `stale_s` old.
 The read sums the live routers' counts, using this router's own live counts for itself.
+
+Spread layout: one hash per window, `spread:<window number>`, whose fields are `<router id>|<replica>` → the
+sessions that router placed there in that window. The read sums the other routers' fields and takes this
+router's own counts from process memory, exact at the moment of the read: a count read back from the store could
+not say whether this router's write in flight was already in it, and counting it twice made a head's holder look
+a session fuller than it was (the `max_excess` bound then sent the head's next session elsewhere). Own counts are
+written absolute too, at each placement and again with every load publish while they are in a counted window, so
+a write lost to the store's deadline (the first turns of a burst, on a loaded machine) heals within a heartbeat
+instead of hiding those sessions from the other routers for two windows.
 """
 
 from __future__ import annotations
@@ -24,21 +33,41 @@ from macaron.router.placement.shared_counts import SharedCounts
 from macaron.router.placement.types import PlacementRequest, Snapshot
 from macaron.router.prefix_index import PrefixIndex, block_keys, matched_blocks, now_ms
 from macaron.store import Store, StoreUnavailableError
+from macaron.store.base import HashOp
 
 log = logging.getLogger(__name__)
 LOAD_KEY = "load"
 HEARTBEAT_FIELD = "@"
 SPREAD_KEY = "spread"
-"""`spread:<window number>`: a hash of replica → sessions placed there in that window (the spread scorer's)."""
+"""`spread:<window number>`: a hash of `<router id>|<replica>` → sessions that router placed there in that window
+(the spread scorer's). A field without a router id (an older router's) counts as another router's."""
 RECENT_PLACEMENTS_S = 60.0
 """How long this router remembers its own session placements for `SnapshotReader.caught_up` (far longer than
 a snapshot waits to be used)."""
 
 
+def spread_window(now: int, window_s: float) -> int:
+    """The spread window a time falls in (ms clock)."""
+    return int(now // max(1, int(window_s * 1000)))
+
+
 def spread_keys(now: int, window_s: float) -> tuple[str, str]:
     """The current window's key and the previous one's (ms clock)."""
-    n = int(now // max(1, int(window_s * 1000)))
+    n = spread_window(now, window_s)
     return f"{SPREAD_KEY}:{n}", f"{SPREAD_KEY}:{n - 1}"
+
+
+def others_sessions(rows: Sequence[Mapping[str, bytes]], router_id: str) -> Counter[str]:
+    """Sessions per replica in spread rows, summed over every router but `router_id`."""
+    out: Counter[str] = Counter()
+    for row in rows:
+        for name, value in row.items():
+            router, sep, replica = name.partition("|")
+            if not sep:
+                router, replica = "", name
+            if router != router_id:
+                out[replica] += _stamp(value)
+    return out
 
 
 def _stamp(value: bytes | None) -> int:
@@ -78,6 +107,8 @@ class LoadTracker:
         self.coalesce_s = coalesce_s
         """Changes within this window go out in one write (keeps bursts off the event loop)."""
         self.local: Counter[str] = Counter()
+        self.also_publish: list[Callable[[], Awaitable[None]]] = []
+        """Writes of this router's other counts that ride on the load's publisher (its heartbeat heals lost ones)."""
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -150,6 +181,8 @@ class LoadTracker:
                 return
             try:
                 await self.publish()
+                for write in self.also_publish:
+                    await write()
             except StoreUnavailableError:
                 pass  # the gate reports it; the next change or heartbeat republishes
             except Exception:  # noqa: BLE001 - the publisher never dies
@@ -175,14 +208,13 @@ class SnapshotReader:
         self.pending = pending
         """Pending head claims, read with the KV index's depths (None: not read)."""
         self.spread_window_s = spread_window_s
-        self.spread_local: Counter[str] = Counter()
-        """Sessions this router placed whose count is not in the store yet (added to what the store says)."""
+        self._own: dict[int, Counter[str]] = {}
+        """Spread window number → sessions this router placed per replica in it (the current and previous ones):
+        what this router's own fields in the store say once its writes land, counted here at once and exactly."""
         self._placed: deque[tuple[float, str]] = deque()
         """(when, monotonic; replica) of the sessions this router placed in the last RECENT_PLACEMENTS_S."""
-        self._landed: deque[tuple[float, str]] = deque()
-        """(when its write landed, monotonic; replica) of this router's session counts: still added to rows read
-        before that (the shared counts' rows are kept a while), dropped once newer rows are in."""
         self.tracker = tracker
+        tracker.also_publish.append(self.publish_sessions)
         self.prefix_ttl_s = prefix_ttl_s
         self.index = index
         """Its in-process overlay is merged into what the store says (and used alone while it is down)."""
@@ -233,7 +265,6 @@ class SnapshotReader:
             return Snapshot(down=self.down())
         claims: Mapping[str, int] = {}
         claim_keys = self.pending.keys(kv) if self.pending is not None and kv else []
-        rows_at = time.monotonic()
         try:
             if claim_keys:  # the depths and the claims are counted by the store: one small reply
                 rows, precise, claims = await self.store.hgetall_many_depths_and_claims(
@@ -249,14 +280,12 @@ class SnapshotReader:
             share, predicted = self._estimates(request, approx, {})
             return Snapshot(load=local, own_load=local, prefix=approx, total_blocks=len(hashes), down=self.down(),
                             degraded=True,
-                            prefix_share=share, predicted_tokens=predicted, sessions=dict(self.spread_local),
+                            prefix_share=share, predicted_tokens=predicted, sessions=dict(self.own_sessions(now)),
                             claimed=self.pending.merge(kv, {}) if claim_keys and self.pending else {},
                             counted_at=time.monotonic())
         load = self.tracker.merge(rows[0], now) if with_load else {}
-        sessions = self._own_sessions(rows_at)
-        for row in rows[1:1 + len(spread)]:
-            for replica, value in row.items():
-                sessions[replica] += _stamp(value)
+        sessions = self.own_sessions(now) if with_load else Counter()
+        sessions.update(others_sessions(rows[1:1 + len(spread)], self.tracker.router_id))
         stored = tuple(rows[len(head): len(head) + len(hashes)])
         known = self.index.overlay(hashes, stored) if self.index is not None else stored
         approx = matched_blocks(known, now=now, ttl_s=self.prefix_ttl_s, not_before=self._not_before(now))
@@ -331,15 +360,12 @@ class SnapshotReader:
     def _local_snapshot(self, request: PlacementRequest, plan: _LocalPlan, claims: Mapping[str, int], *,
                         degraded: bool) -> Snapshot:
         load: dict[str, int] = {}
-        sessions = self._own_sessions(self.counts.read_at if self.counts is not None and not degraded
-                                      else time.monotonic())
+        sessions = self.own_sessions(plan.now) if plan.keys else Counter()
         if degraded:
             load = self.tracker.in_flight()
         elif plan.rows:
             load = self.tracker.merge(plan.rows[0], plan.now)
-            for row in plan.rows[1:]:
-                for replica, value in row.items():
-                    sessions[replica] += _stamp(value)
+            sessions.update(others_sessions(plan.rows[1:], self.tracker.router_id))
         kv = request.kv_keys
         return Snapshot(
             load=load,
@@ -358,13 +384,25 @@ class SnapshotReader:
 
     def placed_session(self, replica: str) -> Awaitable[None]:
         """A session was placed on `replica` (its first turn, or it moved): counted in the current window, here
-        at once (the next read sees it before the store does); the returned write counts it in the store."""
-        self.spread_local[replica] += 1
+        at once (this router's reads take their own counts from here); the returned write counts it in the store
+        for the other routers."""
+        window = spread_window(now_ms(), self.spread_window_s)
+        self._own.setdefault(window, Counter())[replica] += 1
+        for old in [n for n in self._own if n < window - 1]:
+            del self._own[old]
         now = time.monotonic()
         self._placed.append((now, replica))
         while self._placed and self._placed[0][0] < now - RECENT_PLACEMENTS_S:
             self._placed.popleft()
-        return self._count_session(replica)
+        return self.publish_sessions()
+
+    def own_sessions(self, now: int) -> Counter[str]:
+        """Sessions this router placed per replica in the spread windows a read at `now` (ms clock) counts."""
+        window = spread_window(now, self.spread_window_s)
+        out: Counter[str] = Counter()
+        for n in (window, window - 1):
+            out.update(self._own.get(n, {}))
+        return out
 
     def caught_up(self, snapshot: Snapshot, request: PlacementRequest) -> Snapshot:
         """`snapshot` with what this router did since it was read: its own requests in flight now, the sessions it
@@ -393,31 +431,15 @@ class SnapshotReader:
                 changes["claimed"] = claimed
         return dataclasses.replace(snapshot, **changes) if changes else snapshot  # type: ignore[arg-type]
 
-    async def _count_session(self, replica: str) -> None:
-        try:
-            key, _ = spread_keys(now_ms(), self.spread_window_s)
-            await self.store.hincrby(key, replica, 1, self.spread_window_s * 2 + 60)
-        finally:
-            self.spread_local[replica] -= 1
-            if self.spread_local[replica] <= 0:
-                del self.spread_local[replica]
-            self._landed.append((time.monotonic(), replica))
-
-    def _own_sessions(self, rows_at: float) -> Counter[str]:
-        """This router's session counts that rows read at `rows_at` (monotonic, when the read was sent) lack: those
-        not written yet, and those written since. Rows read before a write was sent may count it twice for one
-        refresh; that errs towards spreading, never towards piling sessions up."""
-        landed = self._landed
-        horizon = rows_at  # older writes are in these rows, and in any kept rows still young enough to be used
-        if self.counts is not None:
-            horizon = min(rows_at, max(self.counts.read_at, time.monotonic() - self.counts.max_age_s))
-        while landed and landed[0][0] < horizon:
-            landed.popleft()
-        out: Counter[str] = Counter(self.spread_local)
-        for at, replica in landed:
-            if at >= rows_at:
-                out[replica] += 1
-        return out
+    async def publish_sessions(self) -> None:
+        """Writes this router's session counts of the windows a read counts (absolute, so a repeat heals a lost
+        write); nothing when it placed none there."""
+        window = spread_window(now_ms(), self.spread_window_s)
+        router = self.tracker.router_id
+        ops: list[HashOp] = [("set", f"{SPREAD_KEY}:{n}", {f"{router}|{r}": str(c).encode() for r, c in counts.items()})
+                             for n, counts in self._own.items() if n >= window - 1 and counts]
+        if ops:
+            await self.store.hbatch(ops, self.spread_window_s * 2 + 60)
 
     @staticmethod
     def _estimates(request: PlacementRequest, approx: Mapping[str, int], precise: Mapping[str, int]

@@ -28,7 +28,8 @@ class PlacementRequest:
     session_replica: str | None = None
     """The replica the session's previous turn went to."""
     tie_key: str = ""
-    """Stable text (session, prompt head) that breaks ties the same way on every router replica."""
+    """Stable text that breaks ties the same way on every router replica, and keys the prompt's home: the hash of
+    the prompt's head block (`prefix_index.head_block`) when rendered, else the session, else the request."""
     kv_keys: tuple[str, ...] = ()
     """The prompt's token-block keys in the KV-cache index (kv_index.keys); empty when not computed."""
     prompt_tokens: int = 0

@@ -1,8 +1,9 @@
-"""Prefix home: the replica a prompt's first block hashes to, so routers agree on prompts nobody has seen.
+"""Prefix home: the replica a prompt's head hashes to, so routers agree on prompts nobody has seen.
 
-A rendezvous hash of the first block (system prompt and the head of the conversation) over the
-candidates gives every prompt head one "home" replica, the same on every router replica and
-without any shared state. It matters when the prefix index knows nothing yet (several routers
+A rendezvous hash of the prompt's head block (`PlacementRequest.tie_key`: the first block past the
+specialist's own profile prompt, so an application's system prompt or the conversation; the first
+block when that is unknown) over the candidates gives every prompt head one "home" replica, the
+same on every router replica and without any shared state. It matters when the prefix index knows nothing yet (several routers
 routing the first turns of sessions that share a system prompt at the same moment): they all
 send it home instead of spreading it by load, and load is then bounded by the balance guard
 (consistent hashing with bounded load). Once blocks are recorded, the prefix scorer leads; and
@@ -24,7 +25,7 @@ from macaron.router.placement.types import PlacementRequest, Snapshot
 
 
 class PrefixHomeScorer:
-    """1.0 for the home replica of the prompt's first block, 0 for the others (all 0 without blocks)."""
+    """1.0 for the home replica of the prompt's head block, 0 for the others (all 0 without blocks)."""
 
     name = "prefix_home"
     category = "affinity"
@@ -38,5 +39,5 @@ class PrefixHomeScorer:
             return {r: 0.0 for r in replicas}
         if any(snapshot.prefix_share.get(r, 0.0) >= self.min_share for r in snapshot.precise if r in replicas):
             return {r: 0.0 for r in replicas}
-        home = rendezvous(request.block_hashes[0], sorted(replicas))
+        home = rendezvous(request.tie_key or request.block_hashes[0], sorted(replicas))
         return {r: 1.0 if r == home else 0.0 for r in replicas}
