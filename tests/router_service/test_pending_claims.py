@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from macaron.router.placement.pickers import rendezvous
 from macaron.router.routing import RouteRequest, RoutingCore
 from macaron.router.sessions import SessionView
 from macaron.store import RedisStore
@@ -107,3 +108,25 @@ async def test_with_the_store_down_routing_goes_on_with_this_routers_own_claims(
         assert routes[1].snapshot.claimed == {routes[0].replica: head_blocks(core)}  # kept here, not lost
     finally:
         await core.aclose()
+
+
+async def test_a_replica_another_routers_new_head_just_landed_on_is_left_to_it(tokenizer, engines, redis_url) -> None:
+    """Two routers placing the first sessions of two applications at the same moment both see no session anywhere
+    and send each head to its home; where the homes coincide, the heads met there. The first new head to land takes
+    its replica for `landing_s`, and the other goes to its next best; with landing off it goes home."""
+    a, b = await two_routers(tokenizer, engines, redis_url)
+    off, _ = await two_routers(tokenizer, engines, redis_url, head_group={**GROUP["head_group"], "landing_s": 0})
+    try:
+        request = RouteRequest(app_session(0), owner="o", forced="chat", session_id="s0")
+        home = rendezvous(b.placement_request(request, "chat").tie_key, sorted(REPLICAS))
+        assert await a.pending.land(home, "another application's head") is None  # it landed first
+        assert await b.pending.land(home, "yet another head") == "another application's head"
+        moved = await start_session(b, 0)
+        assert moved.replica != home and b.metrics.landings_moved._value.get() == 1
+        assert await b.pending.land(moved.replica, "a third head") == b.placement_request(request, "chat").tie_key
+        assert (await start_session(off, 0)).replica == home  # the same request, landing off: home
+        again = await start_session(a, 1)  # a later session of the moved head follows its claim, no landing
+        assert again.replica == moved.replica
+    finally:
+        for core in (a, b, off, _):
+            await core.aclose()

@@ -90,6 +90,15 @@ async def test_depths_and_claims_are_read_in_one_call(store: Store) -> None:
     assert (await store.hgetall_many_depths_and_claims(["other"], "no-marks", ["c0"], [])) == ([{"x": b"1"}], {}, {})
 
 
+async def test_set_nx_get_sets_once_and_tells_who_holds_the_key(store: Store) -> None:
+    """A replica's landing: the first new head placed there takes it, a second one learns whose it is."""
+    assert await store.set_nx_get("land:r1", b"head-a", ttl_s=0.3) is None
+    assert await store.set_nx_get("land:r1", b"head-b", ttl_s=5) == b"head-a"
+    assert await store.set_nx_get("land:r1", b"head-a", ttl_s=5) == b"head-a"  # the holder itself
+    await asyncio.sleep(0.4)
+    assert await store.set_nx_get("land:r1", b"head-b", ttl_s=5) is None  # expired: free again
+
+
 async def test_claims_expire(store: Store) -> None:
     assert await store.set_many_nx(["q0", "q1"], b"r1", ttl_s=0.2) == 2
     assert await store.set_many_nx(["q0"], b"r2", ttl_s=5) == 0

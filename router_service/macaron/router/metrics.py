@@ -46,6 +46,11 @@ class RouterMetrics:
             "macaron_router_balance_guard_total", "Picks the balance guard replaced with the least loaded replica.",
             registry=r,
         )
+        self.landings_moved = Counter(
+            "macaron_router_landings_moved_total",
+            "New heads sent to their next best replica because another router's new head had just landed on the pick.",
+            registry=r,
+        )
         self.prefix_match = Histogram(
             "macaron_router_prefix_match_ratio", "Share of the prompt's blocks cached on the chosen replica.",
             buckets=RATIO_BUCKETS, registry=r,

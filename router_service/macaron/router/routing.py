@@ -293,7 +293,8 @@ class RoutingCore:
         self.pending: PendingClaims | None = None
         """Head claims (prefix_affinity with the KV-cache index): sessions that start together meet on one replica."""
         if settings.kv_events.enabled and discovery is not None and self.policy == "prefix_affinity":
-            self.pending = PendingClaims(self.cache_store, ttl_s=head.pending_ttl_s, max_blocks=head.pending_max_blocks)
+            self.pending = PendingClaims(self.cache_store, ttl_s=head.pending_ttl_s, max_blocks=head.pending_max_blocks,
+                                         landing_s=head.landing_s)
         self.profile: PlacementProfile = build_profile(self.policy, settings)
         self.versions = versions or VersionRuntime(
             settings.lifecycle, store,
@@ -631,16 +632,42 @@ class RoutingCore:
                                            capacity=capacity)
         scored = with_claims(snapshot, preq, self.settings.head_group.min_share)
         placement = self.profile.run(preq, replicas, scored)
+        if self._new_head(preq, scored, placement.replica) and self.pending is not None and self.pending.landing_s > 0:
+            placement = await self._land(preq, scored, placement, replicas)
         self._claim_head(preq, scored, placement.replica)
         return placement.replica, placement, snapshot, preq
 
+    def _new_head(self, preq: PlacementRequest, scored: Snapshot, replica: str) -> bool:
+        """A request that starts (or moves) a session, or has none, whose head no replica holds or has claimed."""
+        return (self.pending is not None and bool(preq.kv_keys) and preq.session_replica != replica
+                and not holds_head(scored, self.settings.head_group.min_share))
+
+    async def _land(self, preq: PlacementRequest, scored: Snapshot, placement: Placement,
+                    replicas: Sequence[str]) -> Placement:
+        """Lands the new head on the picked replica unless another router's new head just landed there; then its
+        next best replica among those that scored within the home weight of the pick (a lost home, nothing more:
+        a replica the spread or the cache scored lower keeps its lower score's reason)."""
+        assert self.pending is not None
+        if self.cache_store.degraded:
+            return placement
+        held = await self.pending.land(placement.replica, preq.tie_key)
+        if held is None:
+            return placement
+        best = placement.scores.get(placement.replica, 0.0)
+        margin = self.settings.weights.home
+        others = [r for r in replicas if r != placement.replica and placement.scores.get(r, float("-inf")) >= best - margin]
+        if not others:
+            return placement
+        moved = self.profile.run(preq, others, scored)
+        self.metrics.landings_moved.inc()
+        self._spawn(self.pending.land(moved.replica, preq.tie_key))
+        return moved
+
     def _claim_head(self, preq: PlacementRequest, scored: Snapshot, replica: str) -> None:
-        """A request that starts (or moves) a session, or has none, whose head no replica holds or has claimed:
-        claims the head for `replica`, here at once and in the store in the background (never awaited)."""
-        if self.pending is None or not preq.kv_keys or preq.session_replica == replica:
+        """A new head (`_new_head`): claims it for `replica`, here at once and in the store in the background (never
+        awaited). A head a replica holds or claimed already: the scorers count it, nothing to claim."""
+        if self.pending is None or not self._new_head(preq, scored, replica):
             return
-        if holds_head(scored, self.settings.head_group.min_share):
-            return  # a replica holds it (or claimed it): the scorers already count it
         write = self.pending.claim(preq.kv_keys, replica)
         if write is not None:
             if self.cache_store.degraded:

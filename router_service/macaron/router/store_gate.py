@@ -122,6 +122,9 @@ class GatedStore:
     async def set_many_nx(self, keys: Sequence[str], value: bytes, ttl_s: float) -> int:
         return await self._call(lambda: self.store.set_many_nx(keys, value, ttl_s))
 
+    async def set_nx_get(self, key: str, value: bytes, ttl_s: float) -> bytes | None:
+        return await self._call(lambda: self.store.set_nx_get(key, value, ttl_s))
+
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         await self._call(lambda: self.store.hbatch(ops, ttl_s))
 

@@ -153,6 +153,11 @@ class Store(Protocol):
         returns how many were set."""
         ...
 
+    async def set_nx_get(self, key: str, value: bytes, ttl_s: float) -> bytes | None:
+        """Sets `key` to `value` with a TTL unless it exists (one atomic step): None when this call set it, else the
+        value it holds (which may equal `value`)."""
+        ...
+
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         """Applies hash writes in order, in one round trip: ("set", key, {field: value}) sets fields and
         (re)sets the key's TTL; ("del", key, [field, ...]) deletes fields (the key goes with its last one)."""

@@ -98,6 +98,13 @@ class MemoryStore:
                 written += 1
         return written
 
+    async def set_nx_get(self, key: str, value: bytes, ttl_s: float) -> bytes | None:
+        current = self._live(key)
+        if current is not None:
+            return bytes(current)  # type: ignore[arg-type]
+        self._put(key, bytes(value), ttl_s)
+        return None
+
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         for kind, key, what in ops:
             if kind == "set":

@@ -87,6 +87,14 @@ per-replica prefix depth), and each claim owner's deepest position among the cla
 unclaimed one (see Store.hgetall_many_depths_and_claims)."""
 
 
+_SET_NX_GET_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+"""`set_nx_get`: a script rather than SET NX GET, which Redis accepts only from 7.0."""
+
 _ADMIT_LUA = """
 local rate_limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
@@ -197,6 +205,7 @@ class RedisStore:
         )
         self._rate_limit_script = self._redis.register_script(_RATE_LIMIT_LUA)
         self._admit_script = self._redis.register_script(_ADMIT_LUA)
+        self._set_nx_get_script = self._redis.register_script(_SET_NX_GET_LUA)
 
     def _k(self, key: str) -> str:
         return self._prefix + key
@@ -279,6 +288,10 @@ class RedisStore:
             return await pipe.execute()
 
         return sum(1 for ok in await self._call(run()) if ok)
+
+    async def set_nx_get(self, key: str, value: bytes, ttl_s: float) -> bytes | None:
+        held = await self._call(self._set_nx_get_script(keys=[self._k(key)], args=[value, _ms(ttl_s)]))
+        return bytes(held) if held else None
 
     async def hbatch(self, ops: Sequence[HashOp], ttl_s: float) -> None:
         if not ops:

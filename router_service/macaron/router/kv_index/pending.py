@@ -27,10 +27,12 @@ import time
 from typing import Any, Callable, Coroutine, Mapping, Sequence
 
 from macaron.router.placement.types import PlacementRequest, Snapshot
-from macaron.store import Store
+from macaron.store import Store, StoreUnavailableError
 from macaron.store.base import claim_depths
 
 CLAIM_PREFIX = "kvpend:"
+LAND_PREFIX = "kvland:"
+"""`kvland:<replica>` → the head key of the first new head a router sent there in the last `landing_s`."""
 WRITE_DEADLINE_S = 1.0
 """A claim write is abandoned after this long (the store's own deadline is usually shorter): it never holds up a
 request, and a lost claim only costs the grouping it would have given."""
@@ -69,10 +71,11 @@ def with_claims(snapshot: Snapshot, request: PlacementRequest, min_share: float)
 class PendingClaims:
     """Writes this router's head claims to the store and remembers them until they expire."""
 
-    def __init__(self, store: Store, *, ttl_s: float, max_blocks: int,
+    def __init__(self, store: Store, *, ttl_s: float, max_blocks: int, landing_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.ttl_s = ttl_s
+        self.landing_s = landing_s
         self.max_blocks = max_blocks
         self._clock = clock
         self._local: dict[str, tuple[str, float]] = {}
@@ -115,6 +118,19 @@ class PendingClaims:
             if entry is None or entry[1] <= now:
                 self._local[key] = (replica, expiry)
         return self._write(list(kv_keys[: self.max_blocks]), replica)
+
+    async def land(self, replica: str, head: str) -> str | None:
+        """Takes `replica` for the new head `head` for `landing_s`, unless another new head took it first: returns
+        that head's key (None: taken now, held by `head` already, landing off, or the store did not answer: a
+        landing is a tie-break, never a reason to fail or wait)."""
+        if self.landing_s <= 0 or not head:
+            return None
+        try:
+            async with asyncio.timeout(WRITE_DEADLINE_S):
+                held = await self.store.set_nx_get(LAND_PREFIX + replica, head.encode(), self.landing_s)
+        except (TimeoutError, StoreUnavailableError):
+            return None
+        return None if held is None or held == head.encode() else held.decode(errors="replace")
 
     async def _write(self, kv_keys: list[str], replica: str) -> None:
         try:
