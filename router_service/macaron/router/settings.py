@@ -119,7 +119,8 @@ class HeadGroupSettings(BaseModel):
     landing_s: float = Field(
         2.0,
         description="Seconds a replica stays taken by the first new head (a prompt head no replica holds or has "
-        "claimed) a router sends there: another router that places a different new head at the same moment and "
+        "claimed) of a session that a router sends there: another router that places a different new head at the "
+        "same moment and "
         "scored that replica within router.weights.home of its best sends it to its next best instead. Two routers "
         "starting the first sessions of two applications at once see no session anywhere and send each head to its "
         "home; without this they meet where the homes coincide. It costs new heads one store round trip before "
