@@ -632,8 +632,7 @@ class RoutingCore:
                                            capacity=capacity)
         scored = with_claims(snapshot, preq, self.settings.head_group.min_share)
         placement = self.profile.run(preq, replicas, scored)
-        if (preq.fresh_counts and self._new_head(preq, scored, placement.replica) and self.pending is not None
-                and self.pending.landing_s > 0):
+        if preq.fresh_counts and self._new_head(preq, scored, placement.replica):
             placement = await self._land(preq, scored, placement, replicas)
         self._claim_head(preq, scored, placement.replica)
         return placement.replica, placement, snapshot, preq
@@ -649,8 +648,7 @@ class RoutingCore:
         its next best replica among those that scored within the home weight of the pick (a lost home, nothing more:
         a replica the spread or the cache scored lower keeps its lower score's reason). Requests without a session
         do not land: they would pay the round trip for a pile that never forms."""
-        assert self.pending is not None
-        if self.cache_store.degraded:
+        if self.pending is None or self.pending.landing_s <= 0 or self.cache_store.degraded:
             return placement
         held = await self.pending.land(placement.replica, preq.tie_key)
         if held is None:
