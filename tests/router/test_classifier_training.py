@@ -144,6 +144,16 @@ def test_source_weights_balance_classes_and_sources() -> None:
     assert w[y == 0].sum() == pytest.approx(w[y == 1].sum())
 
 
+def test_a_repository_with_a_handful_of_lines_of_a_class_gets_a_share_in_proportion() -> None:
+    repos = np.array(["a"] * 100 + ["b"] * 5 + ["c"] * 100 + ["d"] * 100)
+    y = np.array([0] * 105 + [1] * 200)
+    w = source_weights(repos, y, full_share_lines=50)
+    assert w[100:105].sum() == pytest.approx(w[:100].sum() / 10)  # 5 lines of 50: a tenth of a share
+    assert w[y == 0].sum() == pytest.approx(w[y == 1].sum())  # classes still weigh the same
+    assert w[205:].sum() == pytest.approx(w[105:205].sum())  # full shares stay equal
+    assert source_weights(repos, y)[100:105].sum() == pytest.approx(source_weights(repos, y)[:100].sum())
+
+
 def test_missing_data_says_what_to_do(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("MACARON_ROUTING_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(TrainingDataError, match="MACARON_ROUTING_DATA"):

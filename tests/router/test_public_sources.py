@@ -208,3 +208,40 @@ def test_generative_ui_prompts_keep_only_lines_that_name_a_ui(tmp_path: Path) ->
     assert {r["label"] for r in found.values()} == {"ui"}
     assert found["A contact form"]["source"] == "prp-e/generative_ui_prompts:prompts.md"  # once, where first seen
     assert found["A contact form"]["license"] == "MIT"
+
+
+def test_instruction_wild_reads_its_loose_json_and_keeps_only_hand_labelled_texts(tmp_path: Path, monkeypatch) -> None:
+    repository = tmp_path / "src" / "XueFuzhao" / "InstructionWild" / "data_v2"
+    repository.mkdir(parents=True)
+    # as the files have them: a raw newline inside a string, a regex's stray backslash, one object per line
+    (repository / "user_1.jsonl").write_text(
+        '{"instruction":"Fix this:\nfor(i=0;i<5;i++){}","instruction_type":"Generation"}\n'
+        '{"instruction":"Write a poem about Xbox","instruction_type":"Generation"}\n', encoding="utf-8")
+    (repository / "user_2.jsonl").write_text(
+        '{"instruction": "What does this regex do? (\\d+)"}\n{"instruction": "cat /etc/oracle-release"}\n',
+        encoding="utf-8")
+    labels = tmp_path / "hand_labels"
+    labels.mkdir()
+    digest = ps.text_digest
+    (labels / "instruction_wild.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"path": "data_v2/user_1.jsonl", "sha256_16": digest("Fix this:\nfor(i=0;i<5;i++){}"), "label": "code"},
+        {"path": "data_v2/user_1.jsonl", "sha256_16": digest("Write a poem about Xbox"), "label": "chat"},
+        {"path": "data_v2/user_2.jsonl", "sha256_16": digest("What does this regex do? (\\d+)"), "label": "code"},
+        {"path": "data_v2/user_2.jsonl", "sha256_16": digest("cat /etc/oracle-release"), "label": None},
+    )), encoding="utf-8")
+    monkeypatch.setattr(ps, "HAND_LABELS_DIR", labels)
+    found = {r["text"]: r["label"] for r in ps.rows(tmp_path / "src")}
+    assert found == {"Fix this:\nfor(i=0;i<5;i++){}": "code", "Write a poem about Xbox": "chat",
+                     "What does this regex do? (\\d+)": "code"}  # the one read and left out is not there
+
+
+def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> None:
+    labels = ps.hand_labels("instruction_wild")
+    data_dir = Path(ps.__file__).resolve().parent / "routing_data"
+    lines = [json.loads(line) for split in ("train", "dev")
+             for line in (data_dir / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
+    wild = [line for line in lines if line["source"].startswith("XueFuzhao/InstructionWild:")]
+    assert len(wild) > 800
+    assert all(labels.get(ps.text_digest(line["text"])) == line["label"] for line in wild)
+    assert set(labels.values()) <= {"chat", "agent", "code", "ui", None}
+

@@ -56,6 +56,16 @@ def test_a_floored_last_turn_cannot_veto_the_history_alone() -> None:
         assert TurnModel(theta=theta).probabilities(inputs).argmax() == expected, name
 
 
+def test_the_session_weighs_apart_when_it_is_all_there_is_of_the_past() -> None:
+    lone = TurnInputs(p_last=np.array([0.2, 0.6, 0.1, 0.1]), p_history=None, session=3, last_words=5)
+    resent = TurnInputs(p_last=lone.p_last, p_history=np.array([0.1, 0.1, 0.1, 0.7]), session=3, last_words=5)
+    column = FEATURES.index("lone_x_is_session")
+    np.testing.assert_allclose(feature_tensor(lone)[:, column], [0.0, 0.0, 0.0, 1.0])
+    assert not feature_tensor(resent)[:, column].any()
+    no_session = TurnInputs(p_last=lone.p_last, p_history=None, session=None, last_words=5)
+    assert not feature_tensor(no_session)[:, column].any()
+
+
 def test_artifact_written_before_these_features_decides_as_before(fast_classifier) -> None:
     """An artifact without them loads with their weights at 0."""
     payload = fast_classifier.artifact.to_payload()

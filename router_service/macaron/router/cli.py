@@ -42,6 +42,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--static-dims", type=int, default=None,
                    help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
                    "dimensions; 0 turns them off (default: the training config's).")
+    p.add_argument("--full-share-lines", type=int, default=None,
+                   help="A repository with fewer lines of a class than this gets its share of the class in proportion; "
+                   "0 gives every repository a full share (default: the training config's).")
     p.add_argument("--report", help="Also write the training report (hold-out and dev metrics) as JSON here.")
     p.set_defaults(func=_train)
 
@@ -74,6 +77,11 @@ def _train(args: argparse.Namespace) -> int:
 
     config = TrainConfig(seed=args.seed, escalation=not args.no_escalation, holdout=not args.no_holdout,
                          finetune=not args.no_finetune)
+    if args.full_share_lines is not None:
+        if args.full_share_lines < 0:
+            print("error: --full-share-lines must be 0 (every repository a full share) or more", file=sys.stderr)
+            return 2
+        config = dataclasses.replace(config, full_share_lines=args.full_share_lines)
     if args.static_dims is not None:
         if args.static_dims < 0:
             print("error: --static-dims must be 0 (off) or a positive number of dimensions", file=sys.stderr)

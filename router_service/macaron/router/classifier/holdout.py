@@ -57,7 +57,7 @@ def out_of_fold(
             progress(f"  hold-out {k}/{len(names)}: {name}")
         held = np.where(repos == name)[0]
         kept = np.where(repos != name)[0]
-        weights = source_weights(repos[kept], y[kept])
+        weights = source_weights(repos[kept], y[kept], config.full_share_lines)
         fast = fit_fast([bags[i] for i in kept], y[kept], weights, config, static,
                         None if dense is None else dense[kept])
         fast_out[held] = fast_logits(fast, [bags[i] for i in held], None if dense is None else dense[held])
@@ -157,7 +157,7 @@ def encoder_out_of_fold(
             progress(f"  encoder hold-out fold {k}/{len(folds)}: {', '.join(fold)}")
         held = np.where(np.isin(repos, fold))[0]
         kept = np.where(~np.isin(repos, fold))[0]
-        weights = source_weights(repos[kept], y[kept])
+        weights = source_weights(repos[kept], y[kept], config.full_share_lines)
         adapter = encoder_tuning.fit(lower, kept, y[kept], weights, len(LABELS), config.tune, progress=progress)
         tuned[held] = encoder_tuning.embed_rows(lower, held, adapter) @ adapter.head_weights + adapter.head_bias
         if vectors is not None and frozen is not None:

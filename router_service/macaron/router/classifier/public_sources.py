@@ -389,6 +389,60 @@ def generative_ui_prompts(root: Path) -> Iterator[Row]:
                 yield Row(text, "ui", name, text.lower())
 
 
+# --- real users' requests to a chat assistant, labelled by hand (mostly `chat` and `code`) --------------
+
+INSTRUCTION_WILD_FILES = ("data_v2/user_1.jsonl", "data_v2/user_2.jsonl", "data_v2/user_3.jsonl")
+HAND_LABELS_DIR = Path(__file__).resolve().parent / "routing_data" / "hand_labels"
+
+
+def text_digest(text: str) -> str:
+    """The key a hand label is stored under: the first 16 hex digits of the text's SHA-256."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _json_records(raw: str) -> Iterator[dict[str, Any]]:
+    """Objects of a JSON-lines file whose strings may hold raw newlines and stray backslashes
+    ("\\d" in a regex), as InstructionWild's files do."""
+    raw = re.sub(r'\\(?![\\/"bfnrtu])', r"\\\\", raw)
+    decoder, pos, space = json.JSONDecoder(strict=False), 0, re.compile(r"\s*")
+    while True:
+        pos = space.match(raw, pos).end()
+        if pos >= len(raw):
+            return
+        record, pos = decoder.raw_decode(raw, pos)
+        yield record
+
+
+def _request_text(text: str) -> str:
+    """Lines kept (a pasted code block keeps its shape), trailing spaces and blank runs removed."""
+    lines = [line.rstrip() for line in text.strip().splitlines()]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
+
+
+def hand_labels(name: str) -> dict[str, str | None]:
+    """digest -> label (None: read and left out) from routing_data/hand_labels/<name>.jsonl."""
+    path = HAND_LABELS_DIR / f"{name}.jsonl"
+    return {line["sha256_16"]: line["label"]
+            for line in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if line}
+
+
+def instruction_wild(root: Path) -> Iterator[Row]:
+    """Requests real users sent ChatGPT (InstructionWild v2: shared on Twitter, Cookup.AI's use cases,
+    prompts.chat), each labelled by hand (routing_data/hand_labels/instruction_wild.jsonl: the label
+    of every text read, null where no one specialist clearly serves it). Texts without a hand label
+    (a changed file) are left out."""
+    labels = hand_labels("instruction_wild")
+    for name in INSTRUCTION_WILD_FILES:
+        path = root / name
+        if not path.is_file():
+            continue
+        for record in _json_records(path.read_text(encoding="utf-8")):
+            text = _request_text(str(record.get("instruction") or ""))
+            label = labels.get(text_digest(text)) if text else None
+            if label:
+                yield Row(text, label, name, text.lower())
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     repository: str
@@ -423,6 +477,8 @@ SOURCES: tuple[Source, ...] = (
            webbench_conversations, 200),
     Source("prp-e/generative_ui_prompts", "106542eb3cd832184bbc851a575f660bac43a7b8", "MIT",
            generative_ui_prompts, 400),
+    Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
+           "non-commercial research use (InstructionWild LICENSE)", instruction_wild, 1000),
 )
 
 

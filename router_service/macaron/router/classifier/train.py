@@ -64,6 +64,10 @@ class TrainConfig:
 
     seed: int = 0
     fast_c: float = 2.0
+    # Source balance (`source_weights`): a repository with fewer lines of a class than this gets its share of
+    # the class in proportion (0: every repository a full share, however few its lines). Without it, the 5
+    # `code` lines of FastChat's Vicuna questions weighed as much as CoNaLa's 458.
+    full_share_lines: int = 50
     embed_c: float = 0.5
     min_df: int = 2
     max_chars: int = 4000
@@ -119,17 +123,23 @@ def training_text(example: Example, max_chars: int) -> str:
     return example_conversation(example, max_chars).segments[0].text
 
 
-def source_weights(repositories: Sequence[str], labels: np.ndarray) -> np.ndarray:
-    """Each class the same total weight; inside a class, each repository the same share."""
+def source_weights(repositories: Sequence[str], labels: np.ndarray, full_share_lines: int = 0) -> np.ndarray:
+    """Each class the same total weight; inside a class, each repository the same share, except that a
+    repository with fewer than `full_share_lines` lines of the class gets that share in proportion
+    (5 lines of 50: a tenth of it), so a handful of lines never weighs as much as a whole source."""
     repos = np.asarray(repositories)
     weights = np.zeros(len(labels))
     present = [c for c in range(len(LABELS)) if (labels == c).any()]
     for c in present:
         in_class = labels == c
         names = sorted(set(repos[in_class]))
+        counts = {name: int((in_class & (repos == name)).sum()) for name in names}
+        shares = {name: min(1.0, n / full_share_lines) if full_share_lines > 0 else 1.0
+                  for name, n in counts.items()}
+        total = sum(shares.values())
         for name in names:
             mask = in_class & (repos == name)
-            weights[mask] = 1.0 / (len(present) * len(names) * mask.sum())
+            weights[mask] = shares[name] / (len(present) * total * counts[name])
     return weights * len(labels) / weights.sum()
 
 
@@ -390,7 +400,7 @@ def train(
                 }
                 use_tuned = True
     say("final models on all training data")
-    weights = source_weights(repos, y)
+    weights = source_weights(repos, y, config.full_share_lines)
     fast = fit_fast(bags, y, weights, config, static, dense)
     fast.temperature = fast_t
     head = None
