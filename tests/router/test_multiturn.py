@@ -75,9 +75,26 @@ def test_short_follow_up_stays(fast_classifier, follow_up: str) -> None:
 def test_unsure_lone_turn_keeps_the_session(fast_classifier, session: str) -> None:
     # A session whose history the caller did not resend: only the session's specialist and a vague turn.
     # Without `min_switch_confidence` the ui session left for agent at 0.34 and 0.45.
-    for text in ("Turn 1: tell me more", "Turn 1, go on"):
+    for text in ("Turn 1: tell me more", "Turn 1, go on", "can you help?"):
         d = fast_classifier.classify(messages=[{"role": "user", "content": text}], session=session)
         assert d.specialist == session, (text, d.probabilities)
+
+
+@pytest.mark.parametrize(("labelled", "bare"), [("Turn 2: tell me more", "tell me more"), ("Q3. why?", "why?"),
+                                                ("Step 4 - now the tests", "now the tests")])
+def test_a_label_before_a_turn_is_read_past(fast_classifier, labelled: str, bare: str) -> None:
+    for session in ("code", "ui", None):
+        a = fast_classifier.classify(messages=[{"role": "user", "content": labelled}], session=session, escalate=False)
+        b = fast_classifier.classify(messages=[{"role": "user", "content": bare}], session=session, escalate=False)
+        assert (a.specialist, a.probabilities) == (b.specialist, b.probabilities)
+
+
+@pytest.mark.parametrize("text", ["turn on the lights in the kitchen", "Turn 90 degrees left", "Turn 1:",
+                                  "1. Write a Python function that sorts a list"])
+def test_only_a_numbered_label_followed_by_the_turn_is_dropped(text: str) -> None:
+    from macaron.router.classifier.conversation import without_turn_label
+
+    assert without_turn_label(text) == text
 
 
 def test_unsure_gate_off_lets_the_decision_switch(fast_classifier) -> None:
@@ -85,8 +102,12 @@ def test_unsure_gate_off_lets_the_decision_switch(fast_classifier) -> None:
 
     ungated = SpecialistClassifier(fast_classifier.artifact, fast_classifier.settings.model_copy(
         update={"min_switch_confidence": 0.0}))
-    d = ungated.classify(messages=[{"role": "user", "content": "Turn 1: tell me more"}], session="ui", escalate=False)
+    # a vague lone turn the decision alone would move out of a ui session, unsure ("Turn 1: tell me more" did, before
+    # a label before a turn was read past: "tell me more" stays even ungated)
+    turn = [{"role": "user", "content": "can you help?"}]
+    d = ungated.classify(messages=turn, session="ui", escalate=False)
     assert d.specialist != "ui" and d.confidence < 0.5
+    assert fast_classifier.classify(messages=turn, session="ui", escalate=False).specialist == "ui"
 
 
 def test_tool_loop_never_switches(fast_classifier) -> None:

@@ -7,11 +7,13 @@ A short last turn ("make it nicer", "and in Rust?") says little on its own: belo
 `SHORT_TURN_WORDS` words its share shrinks in proportion, so the conversation decides.
 Tool declarations and tool activity (assistant `tool_calls`, `tool`/`function` results) are
 signals, not text: their JSON would read as code. System prompts are left out: they are
-application boilerplate, the same whatever the user asks.
+application boilerplate, the same whatever the user asks. A label before a turn ("Turn 2:", "Q3.")
+is read past (`without_turn_label`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,11 @@ from typing import Any
 from macaron.router.classifier.errors import ClassificationInputError
 
 SHORT_TURN_WORDS = 8
+# A label before a turn, as transcripts and scripted clients number them ("Turn 2: tell me more", "Q3. Why?",
+# "Step 4 - now the tests"): it names no domain, yet "turn" and "step" are assistant words ("turn on the lights")
+# and a number and a colon read as a request's form, so a numbered "tell me more" left its session.
+_TURN_LABEL = re.compile(
+    r"^\s*(?:turn|step|question|q|part|task|round|exercise|problem)\s*#?\d{1,3}\s*[:.,)\]\-\u2013]\s*(?=\S)", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,11 @@ def bound_text(text: str, max_chars: int) -> str:
     head = (max_chars * 3) // 4
     tail = max_chars - head - 1
     return text[:head] + "\n" + text[len(text) - tail :]
+
+
+def without_turn_label(text: str) -> str:
+    """The turn without a leading label ("Turn 2:", "Q3.", "Step 4 -"); a label alone is left as it is."""
+    return _TURN_LABEL.sub("", text, count=1)
 
 
 def ensure_text(value: Any, what: str) -> str:
@@ -97,7 +109,7 @@ def content_text(content: Any, what: str) -> str:
 
 
 def from_text(text: Any, max_chars: int) -> Conversation:
-    text = bound_text(ensure_text(text, "text"), max_chars)
+    text = without_turn_label(bound_text(ensure_text(text, "text"), max_chars))
     if not text.strip():
         raise ClassificationInputError("text is empty; send the user's request")
     _check_encodable(text, "text")
@@ -131,7 +143,7 @@ def from_messages(
             tool_activity = True
         if role not in ("user", "assistant") or (not have_user and role != "user"):
             continue  # system prompts; assistant text after the last user turn
-        text = bound_text(content_text(message.get("content"), f"messages[{i}].content"), max_chars)
+        text = without_turn_label(bound_text(content_text(message.get("content"), f"messages[{i}].content"), max_chars))
         if not text.strip():
             continue
         _check_encodable(text, f"messages[{i}].content")
