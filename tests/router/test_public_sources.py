@@ -244,4 +244,3 @@ def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> Non
     assert len(wild) > 800
     assert all(labels.get(ps.text_digest(line["text"])) == line["label"] for line in wild)
     assert set(labels.values()) <= {"chat", "agent", "code", "ui", None}
-

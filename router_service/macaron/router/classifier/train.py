@@ -132,14 +132,12 @@ def source_weights(repositories: Sequence[str], labels: np.ndarray, full_share_l
     present = [c for c in range(len(LABELS)) if (labels == c).any()]
     for c in present:
         in_class = labels == c
-        names = sorted(set(repos[in_class]))
-        counts = {name: int((in_class & (repos == name)).sum()) for name in names}
-        shares = {name: min(1.0, n / full_share_lines) if full_share_lines > 0 else 1.0
-                  for name, n in counts.items()}
+        masks = {name: in_class & (repos == name) for name in sorted(set(repos[in_class]))}
+        shares = {name: min(1.0, mask.sum() / full_share_lines) if full_share_lines > 0 else 1.0
+                  for name, mask in masks.items()}
         total = sum(shares.values())
-        for name in names:
-            mask = in_class & (repos == name)
-            weights[mask] = shares[name] / (len(present) * total * counts[name])
+        for name, mask in masks.items():
+            weights[mask] = shares[name] / (len(present) * total * mask.sum())
     return weights * len(labels) / weights.sum()
 
 
