@@ -218,7 +218,8 @@ def test_instruction_wild_reads_its_loose_json_and_keeps_only_hand_labelled_text
         '{"instruction":"Fix this:\nfor(i=0;i<5;i++){}","instruction_type":"Generation"}\n'
         '{"instruction":"Write a poem about Xbox","instruction_type":"Generation"}\n', encoding="utf-8")
     (repository / "user_2.jsonl").write_text(
-        '{"instruction": "What does this regex do? (\\d+)"}\n{"instruction": "cat /etc/oracle-release"}\n',
+        '{"instruction": "What does this regex do? (\\d+)"}\n{"instruction": "cat /etc/oracle-release"}\n'
+        '{"instruction": "Why does \\\\d match in C:\\\\data?"}\n',
         encoding="utf-8")
     labels = tmp_path / "hand_labels"
     labels.mkdir()
@@ -228,11 +229,13 @@ def test_instruction_wild_reads_its_loose_json_and_keeps_only_hand_labelled_text
         {"path": "data_v2/user_1.jsonl", "sha256_16": digest("Write a poem about Xbox"), "label": "chat"},
         {"path": "data_v2/user_2.jsonl", "sha256_16": digest("What does this regex do? (\\d+)"), "label": "code"},
         {"path": "data_v2/user_2.jsonl", "sha256_16": digest("cat /etc/oracle-release"), "label": None},
+        {"path": "data_v2/user_2.jsonl", "sha256_16": digest("Why does \\d match in C:\\data?"), "label": "code"},
     )), encoding="utf-8")
     monkeypatch.setattr(ps, "HAND_LABELS_DIR", labels)
     found = {r["text"]: r["label"] for r in ps.rows(tmp_path / "src")}
     assert found == {"Fix this:\nfor(i=0;i<5;i++){}": "code", "Write a poem about Xbox": "chat",
-                     "What does this regex do? (\\d+)": "code"}  # the one read and left out is not there
+                     "What does this regex do? (\\d+)": "code",  # the one read and left out is not there
+                     "Why does \\d match in C:\\data?": "code"}
 
 
 def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> None:

@@ -403,7 +403,8 @@ def text_digest(text: str) -> str:
 def _json_records(raw: str) -> Iterator[dict[str, Any]]:
     """Objects of a JSON-lines file whose strings may hold raw newlines and stray backslashes
     ("\\d" in a regex), as InstructionWild's files do."""
-    raw = re.sub(r'\\(?![\\/"bfnrtu])', r"\\\\", raw)
+    # escape pairs are read as pairs, so an escaped backslash before a letter ("\\\\d") stays one backslash
+    raw = re.sub(r"\\(.)", lambda m: m.group(0) if m.group(1) in '\\/"bfnrtu' else "\\\\" + m.group(1), raw, flags=re.S)
     decoder, pos, space = json.JSONDecoder(strict=False), 0, re.compile(r"\s*")
     while True:
         pos = space.match(raw, pos).end()
