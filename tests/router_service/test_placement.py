@@ -465,3 +465,31 @@ async def test_index_and_snapshot_round_trip_on_a_store() -> None:
     await store.hset("load", fields, 60)
     assert C not in (await reader.read(req)).load
     assert block_keys(["ab"]) == ["pfx:ab"]
+
+
+async def test_a_session_counts_once_while_it_talks_and_drops_out_after_its_last_turn(monkeypatch) -> None:
+    """Spread counts live sessions: each turn renews its session's count, once per window, in the latest window it
+    talked in, so the two windows a read sums hold a talking session exactly once however long ago it started, and
+    an ended one (no end signal exists) is gone one to two windows after its last turn."""
+    from macaron.router.placement import snapshot as snapshot_module
+
+    clock = [600_000_000]
+    monkeypatch.setattr(snapshot_module, "now_ms", lambda: clock[0])
+    store = MemoryStore()
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
+    req = PlacementRequest("chat", ("h",))
+    await one.placed_session(A, "talks")
+    assert one.placed_session(A, "talks") is None  # its second turn in the window: counted already, no write
+    await one.placed_session(A, "ends")
+    assert (await one.read(req)).sessions == {A: 2} == (await two.read(req)).sessions
+    for _ in range(3):  # "talks" sends a turn in each of the next windows, "ends" sends none
+        clock[0] += 60_000
+        await one.placed_session(A, "talks")
+        assert (await two.read(req)).sessions.get(A) == (2 if _ == 0 else 1), _
+    assert one.own_sessions(clock[0]) == {A: 1}
+    clock[0] += 60_000
+    await one.placed_session(B, "talks")  # it moved: counted on B alone
+    assert (await two.read(req)).sessions == {A: 0, B: 1} and one.own_sessions(clock[0])[A] == 0
+    clock[0] += 120_000  # two quiet windows: nothing live
+    assert not any((await two.read(req)).sessions.values())

@@ -764,8 +764,12 @@ class RoutingCore:
         self.tracker.begin(replica)
         if preq.prompt_ids and preq.specialist == decision.specialist:  # the specialist need not render it again
             route.prompt_ids, route.render_key = preq.prompt_ids, self.render_keys.get(decision.specialist, "")
-        if self.policy == "prefix_affinity" and req.session_id and preq.session_replica != replica:
-            self._spawn(self.snapshots.placed_session(replica))  # a session starts (or moves) here: spread counts it
+        if self.policy == "prefix_affinity" and req.session_id:
+            # every turn renews its session's count where it is served (once per spread window): the spread
+            # scorer counts the sessions that are live on each replica, not the ones that started recently
+            counted = self.snapshots.placed_session(replica, f"{req.owner}\x00{req.session_id}")
+            if counted is not None:
+                self._spawn(counted)
 
         def release() -> None:
             self.tracker.end(replica)

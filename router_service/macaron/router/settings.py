@@ -69,7 +69,7 @@ class PlacementWeights(BaseModel):
         description="Weight of session spread with head grouping, for requests that start a session (or have none): "
         "replicas that hold the new session's head (router.head_group.min_share of its prompt) and have room for "
         "one more session score 0.75 to 1, the others 0; when no holder has room, 1 for the replica with the "
-        "fewest sessions placed in the last router.spread_window_s, 0 for the most (and for full holders). Above "
+        "fewest live sessions (a turn in the last one to two router.spread_window_s), 0 for the most (and for full holders). Above "
         "prefix + home, so it decides where a new session goes. A continuing session's turns score 1 everywhere "
         "(session and prefix decide).",
     )
@@ -94,8 +94,8 @@ class HeadGroupSettings(BaseModel):
     )
     max_excess: int = Field(
         2,
-        description="A head's holder takes a new session only while it has fewer than this many sessions (placed "
-        "in router.spread_window_s) above the replica with the fewest: the session-count imbalance grouping may "
+        description="A head's holder takes a new session only while it has fewer than this many live sessions "
+        "(router.spread_window_s) above the replica with the fewest: the session-count imbalance grouping may "
         "cause. 0: never group.",
     )
     session_growth: float = Field(
@@ -236,9 +236,10 @@ class RouterSettings(BaseModel):
     )
     spread_window_s: float = Field(
         60.0,
-        description="Session spread counts the sessions placed on each replica in this window and the one before "
-        "(60 to 120 s back): sessions that started recently, whose next turns will want their histories; older ones "
-        "are left to the load scorer, since a count of placements cannot tell a live session from an ended one.",
+        description="Session spread counts the sessions live on each replica: those with a turn there in this "
+        "window or the one before (60 to 120 s back), each once per window however many turns it sends. Every turn "
+        "renews its session, so a long conversation keeps counting while it talks, and one that ended (the API has "
+        "no end signal) drops out one to two windows after its last turn.",
     )
     balance_abs_threshold: int = Field(
         8,

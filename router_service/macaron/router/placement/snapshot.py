@@ -211,6 +211,10 @@ class SnapshotReader:
         self._own: dict[int, Counter[str]] = {}
         """Spread window number → sessions this router placed per replica in it (the current and previous ones):
         what this router's own fields in the store say once its writes land, counted here at once and exactly."""
+        self._live: dict[str, tuple[int, str]] = {}
+        """Session key → (window, replica) where it is counted: the latest window it sent a turn in (this one or
+        the one before; older entries are dropped)."""
+        self._pruned_at = -1
         self._placed: deque[tuple[float, str]] = deque()
         """(when, monotonic; replica) of the sessions this router placed in the last RECENT_PLACEMENTS_S."""
         self.tracker = tracker
@@ -382,14 +386,35 @@ class SnapshotReader:
             counted_at=time.monotonic(),
         )
 
-    def placed_session(self, replica: str) -> Awaitable[None]:
-        """A session was placed on `replica` (its first turn, or it moved): counted in the current window, here
-        at once (this router's reads take their own counts from here); the returned write counts it in the store
-        for the other routers."""
+    def placed_session(self, replica: str, session: str | None = None) -> Awaitable[None] | None:
+        """A turn of a session went to `replica`: the session counts as live there, here at once (this router's
+        reads take their own counts from here); the returned write counts it in the store for the other routers.
+
+        With `session` (its key) a session counts once, in the latest window it sent a turn in: a turn in a new
+        window moves its count there from the window before (and from the replica it left, if it moved), so the
+        sum a read takes over the current and the previous window holds every session that talked in them exactly
+        once, whenever it started, and one that ended drops out one to two windows after its last turn. None: no
+        write needed (counted in this window already). Without `session`, every call counts one more."""
         window = spread_window(now_ms(), self.spread_window_s)
+        if window != self._pruned_at:
+            self._pruned_at = window
+            self._live = {k: v for k, v in self._live.items() if v[0] >= window - 1}
+            for old in [n for n in self._own if n < window - 1]:
+                del self._own[old]
+        moved_only = False
+        if session is not None:
+            last = self._live.get(session)
+            if last == (window, replica):
+                return None
+            if last is not None:
+                counts = self._own.get(last[0])
+                if counts is not None and counts.get(last[1], 0) > 0:
+                    counts[last[1]] -= 1  # its count moves to this window (and replica)
+                    moved_only = last[1] == replica
+            self._live[session] = (window, replica)
         self._own.setdefault(window, Counter())[replica] += 1
-        for old in [n for n in self._own if n < window - 1]:
-            del self._own[old]
+        if moved_only:  # the same session on the same replica: the two windows' sum does not change
+            return self.publish_sessions()
         now = time.monotonic()
         self._placed.append((now, replica))
         while self._placed and self._placed[0][0] < now - RECENT_PLACEMENTS_S:
