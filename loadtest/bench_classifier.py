@@ -9,7 +9,8 @@ it from the artifact's training report (measured by the same code at `macaron ro
 the full run re-trains every fold. Latency: per decision on this thread, pinned to one core
 with torch on one thread; the embedding model is loaded before timing. Multi-turn:
 multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
-session's specialist. Concurrency: N threads each classify dev requests with every request
+session's specialist; `multiturn_switch_confident` is the switches whose new turn alone the fast path
+gives its specialist at least 0.8 (the issue's "last turn confidently another domain"). Concurrency: N threads each classify dev requests with every request
 escalated (threshold 1), so the figure is the embedding path's throughput, micro-batched as in
 production, next to the same load with batching off (one encoder call per request, as the old
 lock did). Human-readable lines go to stderr; the last line on stdout is one JSON object.
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "multiturn_stay": multiturn.get("stay"),
         "multiturn_continue": multiturn.get("continue"),
         "multiturn_switch": multiturn.get("switch"),
+        "multiturn_switch_confident": multiturn.get("switch_confident"),
         "multiturn_tool_loop": multiturn.get("tool_loop"),
         "multiturn_tool_loop_switches": multiturn.get("tool_loop_switches"),
         "multiturn_holdout": classifier.artifact.report.get("multiturn_holdout", {}).get("pooled"),

@@ -168,3 +168,27 @@ def test_kind_metrics_report_the_lone_turns_apart() -> None:
     out = kind_metrics(y, pred, ["stay", "stay", "switch", "switch"], [0, 0, 0, 0], [False, True, False, False])
     assert (out["stay"], out["stay_lone"], out["stay_lone_n"], out["switch"]) == (0.5, 0.0, 1, 0.5)
     assert "switch_lone" not in out
+
+
+def test_kind_metrics_report_the_confident_switches_apart() -> None:
+    from macaron.router.classifier.turn_training import kind_metrics
+
+    y, pred = np.array([0, 1, 1, 1]), np.array([0, 1, 0, 0])
+    kinds = ["stay", "switch", "switch", "switch"]
+    out = kind_metrics(y, pred, kinds, [0, 0, 0, 0], confident=[True, True, False, True])
+    assert (out["switch"], out["switch_confident"], out["switch_confident_n"]) == (0.3333, 0.5, 2)
+    assert "switch_confident" not in kind_metrics(y, pred, kinds, [0, 0, 0, 0])  # no mask, no figure
+
+
+def test_confident_last_turns_read_the_label_on_the_new_turn_alone() -> None:
+    from macaron.router.classifier.turn_training import CONFIDENT_LAST_TURN, TurnData, confident_last_turns
+    from macaron.router.classifier.turns import TurnInputs
+
+    def line(p: list[float]) -> TurnInputs:
+        return TurnInputs(p_last=np.array(p), p_history=None, session=0, last_words=6)
+
+    lines = [line([0.05, 0.9, 0.05, 0.0]), line([0.3, 0.6, 0.1, 0.0]), line([0.9, 0.05, 0.05, 0.0])]
+    data = TurnData(fast=lines, escalated=lines, y=np.array([1, 1, 1]), kinds=["switch"] * 3,
+                    groups=np.array(["a", "a", "a"]), rule_session=[None] * 3)
+    assert CONFIDENT_LAST_TURN == 0.8
+    assert confident_last_turns(data).tolist() == [True, False, False]  # the label's probability, not the top one

@@ -247,3 +247,58 @@ def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> Non
     assert len(wild) > 800
     assert all(labels.get(ps.text_digest(line["text"])) == line["label"] for line in wild)
     assert set(labels.values()) <= {"chat", "agent", "code", "ui", None}
+
+
+def test_toolalpaca_keeps_hand_labelled_requests_split_by_api(tmp_path: Path, monkeypatch) -> None:
+    repository = tmp_path / "src" / "tangqiaoyu" / "ToolAlpaca" / "data"
+    repository.mkdir(parents=True)
+    (repository / "eval_real.json").write_text(json.dumps([
+        {"Name": "weatherstack", "Instructions": ["What's the  weather in Paris right now?",
+                                                  '"Find a Chuck Norris joke about music."']},
+        {"Name": "WolframAlpha", "Instructions": ["What is the square root of 625?"]}]), encoding="utf-8")
+    labels = tmp_path / "hand_labels"
+    labels.mkdir()
+    digest = ps.text_digest
+    (labels / "toolalpaca.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"path": "data/eval_real.json", "sha256_16": digest("What's the weather in Paris right now?"), "label": "agent"},
+        {"path": "data/eval_real.json", "sha256_16": digest("Find a Chuck Norris joke about music."), "label": "chat"},
+        {"path": "data/eval_real.json", "sha256_16": digest("What is the square root of 625?"), "label": None},
+    )), encoding="utf-8")
+    monkeypatch.setattr(ps, "HAND_LABELS_DIR", labels)
+    found = {r["text"]: r for r in ps.rows(tmp_path / "src")}
+    assert {t: r["label"] for t, r in found.items()} == {  # spaces and the quotes around a request cleaned
+        "What's the weather in Paris right now?": "agent", "Find a Chuck Norris joke about music.": "chat"}
+    assert len({r["split"] for r in found.values()}) == 1  # one API, one split
+    assert found["What's the weather in Paris right now?"]["license"] == "Apache-2.0"
+
+
+def _api_bank(root: Path) -> Path:
+    folder = root / "AlibabaResearch" / "DAMO-ConvAI" / ps.API_BANK_DIR / "level-1-given-desc"
+    folder.mkdir(parents=True)
+    hotel = [
+        {"role": "User", "text": "Please book a hotel room for two adults."},
+        {"role": "AI", "text": "Sure, where do you want to book the hotel?"},
+        {"role": "User", "text": "How about the Hilton in San Francisco?"},
+        {"role": "API", "api_name": "BookHotel", "param_dict": {"hotel_name": "Hilton"},
+         "result": {"api_name": "BookHotel", "output": "11", "exception": None}},
+        {"role": "AI", "text": "Booked. Your order ID is 11."},
+        {"role": "User", "text": "Thank you so much!"},
+    ]
+    (folder / "BookHotel-level-1-1.jsonl").write_text("".join(json.dumps(t) + "\n" for t in hotel), encoding="utf-8")
+    (folder / "Calculator-level-1-1.jsonl").write_text(json.dumps(
+        {"role": "User", "text": "Can you calculate (5+6)*3 for me?"}) + "\n", encoding="utf-8")
+    (folder / "BookHotel-level-1-2.jsonl").write_text(json.dumps(  # the annotators' template opening
+        {"role": "User", "text": "Hi, can you help me book a hotel room?"}) + "\n", encoding="utf-8")
+    return root
+
+
+def test_api_bank_takes_the_openings_of_assistant_apis_and_their_follow_ups(tmp_path: Path) -> None:
+    root = _api_bank(tmp_path / "src")
+    found = {r["text"]: r for r in ps.rows(root)}
+    assert set(found) == {"Please book a hotel room for two adults."}  # the calculator's and the template left out
+    assert found["Please book a hotel room for two adults."]["label"] == "agent"
+    (conv,) = ps.conversations(root)
+    roles = [m["role"] for m in conv["conversation"]]
+    assert roles == ["user", "assistant", "user", "tool_call", "tool", "assistant", "user"]
+    assert json.loads(conv["conversation"][3]["content"]) == {"name": "BookHotel", "arguments": {"hotel_name": "Hilton"}}
+    assert conv["label"] == "agent" and conv["tools"] is True

@@ -30,6 +30,14 @@ def _classify(classifier: SpecialistClassifier, example: Example, escalate: bool
     return classifier.classify(messages=example.messages, tools=example.tools, session=session, escalate=escalate)
 
 
+def _last_turn_alone(classifier: SpecialistClassifier, example: Example) -> float:
+    """The fast path's probability of the example's label for its last user turn sent alone."""
+    if example.messages is None:
+        return 0.0
+    last = classifier.conversation(messages=example.messages).last_text
+    return classifier.classify(last, escalate=False).probabilities[example.label]
+
+
 def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, warmup: int = 20) -> dict[str, Any]:
     """Metrics of `classifier` on labelled `examples` (one JSON-able dict)."""
     labels = classifier.labels
@@ -72,12 +80,14 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
     result = classification_metrics(yt, yp, labels)
     kinds = [str(e.extra.get("kind", "")) for e in examples]
     if any(kinds):  # multi-turn lines: accuracy per kind (stay / continue / switch / tool_loop)
-        from macaron.router.classifier.turn_training import is_lone, kind_metrics
+        from macaron.router.classifier.turn_training import CONFIDENT_LAST_TURN, is_lone, kind_metrics
 
         sessions = [labels.index(s) if (s := e.extra.get("session")) in labels else None for e in examples]
         lone = [is_lone(e) for e in examples]
-        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions, lone)
-        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions, lone)
+        sure = [kind == "switch" and _last_turn_alone(classifier, e) >= CONFIDENT_LAST_TURN
+                for kind, e in zip(kinds, examples)]
+        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions, lone, sure)
+        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions, lone, sure)
     result.update(
         invalid_inputs=invalid,
         fast_path_accuracy=round(float((np.array(fast_pred) == yt).mean()), 4) if len(yt) else 0.0,

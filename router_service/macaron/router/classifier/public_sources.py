@@ -444,6 +444,92 @@ def instruction_wild(root: Path) -> Iterator[Row]:
                 yield Row(text, label, name, text.lower())
 
 
+TOOLALPACA_FILES = ("data/eval_real.json", "data/eval_simulated.json")
+
+
+def toolalpaca(root: Path) -> Iterator[Row]:
+    """ToolAlpaca's requests to real public APIs (weather, currency, holidays, airports, accounts, ...),
+    labelled by hand per API with exceptions (routing_data/hand_labels/toolalpaca.jsonl): lookups and
+    actions through an API are `agent`; jokes, trivia, definitions and culture questions `chat`; the
+    math and nutrition APIs left out. Split by API, so no API's requests sit on both sides."""
+    labels = hand_labels("toolalpaca")
+    for name in TOOLALPACA_FILES:
+        path = root / name
+        if not path.is_file():
+            continue
+        for api in json.loads(path.read_text(encoding="utf-8")):
+            for instruction in api.get("Instructions") or []:
+                text = _clean(str(instruction).strip().strip('"'))
+                label = labels.get(text_digest(text)) if text else None
+                if label:
+                    yield Row(text, label, name, str(api.get("Name", "")))
+
+
+# API-Bank's APIs whose dialogues ask an assistant to act or look up the user's own data (`agent`); its
+# calculator, dictionary, translation, wiki, search, document and medical-knowledge APIs are left out:
+# the same requests without a tool are `chat` questions, so the API alone does not say who serves them.
+API_BANK_AGENT = frozenset(
+    "AddAgenda AddAlarm AddMeeting AddReminder AppointmentRegistration BookHotel CancelRegistration "
+    "CancelTimedSwitch DeleteAccount DeleteAgenda DeleteAlarm DeleteMeeting DeleteReminder DeleteScene "
+    "ForgotPassword GetMeeting GetReminder GetToday ModifyAgenda ModifyAlarm ModifyMeeting ModifyPassword "
+    "ModifyRegistration ModifyReminder OpenBankAccount PlayMusic QueryAgenda QueryAlarm QueryBalance "
+    "QueryHealthData QueryMeeting QueryRegistration QueryReminder QueryScene QueryStock RecordHealthData "
+    "RegisterUser SendEmail TimedSwitch".split()
+)
+API_BANK_DIR = "api-bank/lv1-lv2-samples"
+
+
+def _api_bank_dialogues(root: Path) -> Iterator[tuple[str, str, list[dict[str, Any]]]]:
+    """(path, first API of the file name, turns) of each level-1/2 sample dialogue of an `agent` API."""
+    for path in sorted((root / API_BANK_DIR).glob("*/*.jsonl")):
+        api = path.name.split("-level")[0].split("-")[0]
+        if api not in API_BANK_AGENT:
+            continue
+        try:
+            turns = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        yield str(path.relative_to(root)), api, turns
+
+
+def api_bank(root: Path) -> Iterator[Row]:
+    """API-Bank's opening user turn of each dialogue with a personal-assistant API ("Can you set a
+    reminder for me to call my mom tomorrow at 10 AM?"), 4 words or more. Split by API.
+
+    Openings in the annotators' template "(Hi,) can you help me ..." (half of them) are left out: kept, the
+    phrase became an `agent` word, and a bare "can you help?" left a `ui` or `code` session for `agent` (0.63)."""
+    for path, api, turns in _api_bank_dialogues(root):
+        first = next((t for t in turns if t.get("role") == "User"), None)
+        text = _clean(str(first.get("text") or "")) if first else ""
+        if len(text.split()) >= 4 and not _GENERIC_OPENING.match(text):
+            yield Row(text, "agent", path, api)
+
+
+def api_bank_conversations(root: Path, max_user_turns: int = 4) -> Iterator[Conversation]:
+    """The first user turns with the assistant's replies and the dialogue's first API call (as a tool
+    call and its result); later turns ("How about the Hilton in San Francisco?") are follow-ups."""
+    for path, api, dialogue in _api_bank_dialogues(root):
+        turns: list[dict[str, str]] = []
+        users, called = 0, False
+        for turn in dialogue:
+            role = turn.get("role")
+            if role == "API":
+                if not called and turns:
+                    result = turn.get("result") or {}
+                    turns += [{"role": "tool_call", "content": json.dumps(
+                                  {"name": str(turn.get("api_name", api)), "arguments": turn.get("param_dict") or {}})},
+                              {"role": "tool", "content": json.dumps(result.get("output"), ensure_ascii=False)}]
+                    called = True
+                continue
+            users += role == "User"
+            if users > max_user_turns:
+                break
+            turns.append({"role": "user" if role == "User" else "assistant", "content": _clean(str(turn.get("text") or ""))})
+        while turns and turns[-1]["role"] != "user":
+            turns.pop()
+        yield Conversation(turns, "agent", path, api)
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     repository: str
@@ -480,6 +566,10 @@ SOURCES: tuple[Source, ...] = (
            generative_ui_prompts, 400),
     Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
            "non-commercial research use (InstructionWild LICENSE)", instruction_wild, 1000),
+    Source("tangqiaoyu/ToolAlpaca", "189069998d64a7baf1b4a1c3c4b2e75eb9d05532", "Apache-2.0", toolalpaca, 250),
+    # 60 dialogues: the samples repeat one scenario per API, and half their later turns give a username and password
+    Source("AlibabaResearch/DAMO-ConvAI", "483554eae102996f5ec1f4feab4e78ef29c2a394", "MIT (API-Bank)", api_bank, 300,
+           api_bank_conversations, 60, tools=True),
 )
 
 

@@ -29,6 +29,10 @@ KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
 # The classifier's default switch gate (ClassifierSettings.min_switch_confidence), so hold-out figures
 # measure the decision a router makes.
 MIN_SWITCH_CONFIDENCE = ClassifierSettings.model_fields["min_switch_confidence"].default
+# A switch is "confident" when the new turn alone (the fast path, no conversation) gives its specialist at least
+# this probability: the kind the issue's goal names ("last turn confidently another domain"), where stickiness
+# must lose. `switch_confident` reports those lines apart; `switch` counts every switch, unsure turns included.
+CONFIDENT_LAST_TURN = 0.8
 
 
 @dataclass
@@ -152,9 +156,10 @@ def is_lone(example: Example) -> bool:
 
 
 def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions: Sequence[int | None],
-                 lone: Sequence[bool] = ()) -> dict[str, Any]:
-    """Accuracy per kind (and, as `<kind>_lone`, on its lines whose history was not resent), and how
-    many tool-loop turns switched away from the session."""
+                 lone: Sequence[bool] = (), confident: Sequence[bool] = ()) -> dict[str, Any]:
+    """Accuracy per kind (and, as `<kind>_lone`, on its lines whose history was not resent), on the
+    switches whose new turn alone is confident (`switch_confident`, with `confident` the per-line mask,
+    see CONFIDENT_LAST_TURN), and how many tool-loop turns switched away from the session."""
     kinds_arr = np.array(kinds)
     lone_arr = np.array(lone, dtype=bool) if len(lone) else np.zeros(len(kinds), dtype=bool)
     out: dict[str, Any] = {}
@@ -167,6 +172,11 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
         if alone.any():
             out[f"{kind}_lone"] = round(float((pred[alone] == y[alone]).mean()), 4)
             out[f"{kind}_lone_n"] = int(alone.sum())
+    if len(confident):
+        sure = (kinds_arr == "switch") & np.array(confident, dtype=bool)
+        if sure.any():
+            out["switch_confident"] = round(float((pred[sure] == y[sure]).mean()), 4)
+            out["switch_confident_n"] = int(sure.sum())
     loop = [i for i, k in enumerate(kinds) if k == "tool_loop" and sessions[i] is not None]
     out["tool_loop_switches"] = int(sum(pred[i] != sessions[i] for i in loop))
     return out
@@ -184,14 +194,21 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
         model = _fit(data, np.where(data.groups != name)[0])
         pred[held], escalated[held] = predict(model, data, held, min_switch_confidence)
     sessions = [i.session for i in data.fast]
+    confident = confident_last_turns(data)
     per_repo = {}
     for name in names:
         m = np.where(data.groups == name)[0]
         per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m],
-                                      [data.lone[i] for i in m] if data.lone else ())
-    pooled = kind_metrics(data.y, pred, data.kinds, sessions, data.lone)
+                                      [data.lone[i] for i in m] if data.lone else (), confident[m])
+    pooled = kind_metrics(data.y, pred, data.kinds, sessions, data.lone, confident)
     pooled["escalation_rate"] = round(float(escalated.mean()), 4)
     return {"pooled": pooled, "per_repository": per_repo, "errors": error_analysis(data, pred)}
+
+
+def confident_last_turns(data: TurnData) -> np.ndarray:
+    """Lines whose new turn alone (the fast path's hold-out probabilities) gives the line's label at least
+    CONFIDENT_LAST_TURN."""
+    return np.array([i.p_last[y] >= CONFIDENT_LAST_TURN for i, y in zip(data.fast, data.y)], dtype=bool)
 
 
 def error_analysis(data: TurnData, pred: np.ndarray) -> dict[str, Any]:
