@@ -66,6 +66,18 @@ def test_the_session_weighs_apart_when_it_is_all_there_is_of_the_past() -> None:
     assert not feature_tensor(no_session)[:, column].any()
 
 
+def test_the_history_weighs_apart_when_no_session_is_known() -> None:
+    """A client that resends its conversation but keeps no session id: the earlier turns are all that speaks for
+    the past, so their log-probability enters again on its own column, and only then."""
+    p_last, p_hist = np.array([0.7, 0.1, 0.1, 0.1]), np.array([0.05, 0.05, 0.85, 0.05])
+    column = FEATURES.index("no_session_x_log_p_history")
+    bare = TurnInputs(p_last=p_last, p_history=p_hist, session=None, last_words=4)
+    np.testing.assert_allclose(feature_tensor(bare)[:, column], np.log(p_hist))
+    for other in (TurnInputs(p_last=p_last, p_history=p_hist, session=2, last_words=4),
+                  TurnInputs(p_last=p_last, p_history=None, session=None, last_words=4)):
+        assert not feature_tensor(other)[:, column].any()
+
+
 def test_artifact_written_before_these_features_decides_as_before(fast_classifier) -> None:
     """An artifact without them loads with their weights at 0."""
     payload = fast_classifier.artifact.to_payload()

@@ -9,7 +9,8 @@ last turn is (a three-word follow-up says little), whether k is the session's cu
 conversation (referring words, the follow-up model's probability and how sure it is beyond 0.7, each on
 the session, the last turn and the history), the last turn's log-probability floored at log 0.02 beside
 the plain one, whether the session is all there is of the past (the new turn alone, its history not
-resent), declared tools and tool activity for `agent`, and a bias per specialist. The weights
+resent), the history's log-probability again when no session is known (the history is then all there is of
+the past), declared tools and tool activity for `agent`, and a bias per specialist. The weights
 are fitted on multi-turn conversations of the kinds stay / continue / switch / tool loop
 (multiturn_data.py), so stickiness, the weight of history and the pull of declared tools are learned
 from data instead of hand-set, and they are applied once, here (the router adds no threshold of its own).
@@ -41,7 +42,7 @@ FEATURES = (
     "refers_back_x_is_session", "refers_back_x_log_p_last", "refers_back_x_log_p_history",
     "followup_x_is_session", "followup_x_log_p_last", "followup_x_log_p_history",
     "sure_followup_x_is_session", "sure_followup_x_log_p_last", "sure_followup_x_log_p_history",
-    "floored_log_p_last", "lone_x_is_session",
+    "floored_log_p_last", "lone_x_is_session", "no_session_x_log_p_history",
 ) + tuple(f"bias_{label}" for label in LABELS)
 N_BIAS = FEATURES.index(f"bias_{LABELS[0]}")  # the per-specialist biases come last
 # A follow-up probability above SURE_FOLLOWUP counts again, rising from 0 there to 1 at 1 (`sure_followup`): a
@@ -126,6 +127,10 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
         # the new turn alone (a client that keeps the conversation on the server): the session is all that
         # speaks for the past, so how much it weighs then is learned apart from when the history is resent
         phi[inputs.session, 19] = 1.0
+    if inputs.session is None and inputs.p_history is not None:
+        # the history alone (a client that resends the conversation but keeps no session id): the earlier turns
+        # are all that speaks for the past, so their weight then is learned apart from when a session says it
+        phi[:, 20] = log_hist
     phi[np.arange(n), N_BIAS + np.arange(n)] = 1.0
     return phi
 
