@@ -210,6 +210,16 @@ def test_generative_ui_prompts_keep_only_lines_that_name_a_ui(tmp_path: Path) ->
     assert found["A contact form"]["license"] == "MIT"
 
 
+def _hand_labels(tmp_path: Path, monkeypatch, name: str, labels: list[tuple[str, str, str | None]]) -> None:
+    """A hand-label file `name` of (path, text, label) lines, in place of the shipped ones."""
+    folder = tmp_path / "hand_labels"
+    folder.mkdir()
+    (folder / f"{name}.jsonl").write_text("".join(
+        json.dumps({"path": path, "sha256_16": ps.text_digest(text), "label": label}) + "\n"
+        for path, text, label in labels), encoding="utf-8")
+    monkeypatch.setattr(ps, "HAND_LABELS_DIR", folder)
+
+
 def test_instruction_wild_reads_its_loose_json_and_keeps_only_hand_labelled_texts(tmp_path: Path, monkeypatch) -> None:
     repository = tmp_path / "src" / "XueFuzhao" / "InstructionWild" / "data_v2"
     repository.mkdir(parents=True)
@@ -221,17 +231,13 @@ def test_instruction_wild_reads_its_loose_json_and_keeps_only_hand_labelled_text
         '{"instruction": "What does this regex do? (\\d+)"}\n{"instruction": "cat /etc/oracle-release"}\n'
         '{"instruction": "Why does \\\\d match in C:\\\\data?"}\n',
         encoding="utf-8")
-    labels = tmp_path / "hand_labels"
-    labels.mkdir()
-    digest = ps.text_digest
-    (labels / "instruction_wild.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
-        {"path": "data_v2/user_1.jsonl", "sha256_16": digest("Fix this:\nfor(i=0;i<5;i++){}"), "label": "code"},
-        {"path": "data_v2/user_1.jsonl", "sha256_16": digest("Write a poem about Xbox"), "label": "chat"},
-        {"path": "data_v2/user_2.jsonl", "sha256_16": digest("What does this regex do? (\\d+)"), "label": "code"},
-        {"path": "data_v2/user_2.jsonl", "sha256_16": digest("cat /etc/oracle-release"), "label": None},
-        {"path": "data_v2/user_2.jsonl", "sha256_16": digest("Why does \\d match in C:\\data?"), "label": "code"},
-    )), encoding="utf-8")
-    monkeypatch.setattr(ps, "HAND_LABELS_DIR", labels)
+    _hand_labels(tmp_path, monkeypatch, "instruction_wild", [
+        ("data_v2/user_1.jsonl", "Fix this:\nfor(i=0;i<5;i++){}", "code"),
+        ("data_v2/user_1.jsonl", "Write a poem about Xbox", "chat"),
+        ("data_v2/user_2.jsonl", "What does this regex do? (\\d+)", "code"),
+        ("data_v2/user_2.jsonl", "cat /etc/oracle-release", None),
+        ("data_v2/user_2.jsonl", "Why does \\d match in C:\\data?", "code"),
+    ])
     found = {r["text"]: r["label"] for r in ps.rows(tmp_path / "src")}
     assert found == {"Fix this:\nfor(i=0;i<5;i++){}": "code", "Write a poem about Xbox": "chat",
                      "What does this regex do? (\\d+)": "code",  # the one read and left out is not there
@@ -256,15 +262,11 @@ def test_toolalpaca_keeps_hand_labelled_requests_split_by_api(tmp_path: Path, mo
         {"Name": "weatherstack", "Instructions": ["What's the  weather in Paris right now?",
                                                   '"Find a Chuck Norris joke about music."']},
         {"Name": "WolframAlpha", "Instructions": ["What is the square root of 625?"]}]), encoding="utf-8")
-    labels = tmp_path / "hand_labels"
-    labels.mkdir()
-    digest = ps.text_digest
-    (labels / "toolalpaca.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
-        {"path": "data/eval_real.json", "sha256_16": digest("What's the weather in Paris right now?"), "label": "agent"},
-        {"path": "data/eval_real.json", "sha256_16": digest("Find a Chuck Norris joke about music."), "label": "chat"},
-        {"path": "data/eval_real.json", "sha256_16": digest("What is the square root of 625?"), "label": None},
-    )), encoding="utf-8")
-    monkeypatch.setattr(ps, "HAND_LABELS_DIR", labels)
+    _hand_labels(tmp_path, monkeypatch, "toolalpaca", [
+        ("data/eval_real.json", "What's the weather in Paris right now?", "agent"),
+        ("data/eval_real.json", "Find a Chuck Norris joke about music.", "chat"),
+        ("data/eval_real.json", "What is the square root of 625?", None),
+    ])
     found = {r["text"]: r for r in ps.rows(tmp_path / "src")}
     assert {t: r["label"] for t, r in found.items()} == {  # spaces and the quotes around a request cleaned
         "What's the weather in Paris right now?": "agent", "Find a Chuck Norris joke about music.": "chat"}
