@@ -24,6 +24,7 @@ from engine_api.wire import wait_for_metric
 from macaron.engine_client import (
     AsyncEngineClient,
     EngineBadRequestError,
+    EngineClientError,
     EngineOverloadedError,
     EngineTimeoutError,
     EngineUnavailableError,
@@ -143,6 +144,15 @@ def stub_app(script: Script) -> Starlette:
                 await asyncio.sleep(0.05)
                 raise RuntimeError("connection lost after one token (scripted)")
             return StreamingResponse(cut(), media_type="text/event-stream")
+        if step == "separators":  # JSON carries U+2028, U+2029 and U+0085 raw (SGLang's orjson does); CRLF ends lines
+            meta = {"id": rid, "finish_reason": {"type": "length", "length": 2}, "prompt_tokens": 1,
+                    "completion_tokens": 2, "cached_tokens": 0}
+            event = json.dumps({"text": "a\u2028data: b\u2029c\x85d", "output_ids": [7, 8], "meta_info": meta},
+                               ensure_ascii=False).encode()
+            return StreamingResponse(iter([b"data: " + event[:9], event[9:] + b"\r", b"\n\r\ndata: [DONE]\r\n\r\n"]),
+                                     media_type="text/event-stream")
+        if step == "garbage":
+            return StreamingResponse(iter([b"data: <<not json>>\n\n"]), media_type="text/event-stream")
         if not body.get("stream"):
             return JSONResponse({"text": "xy", "output_ids": [7, 8], "meta_info": {
                 "id": rid, "finish_reason": {"type": "length", "length": 2}, "prompt_tokens": 1,
@@ -236,3 +246,20 @@ async def test_retry_on_a_real_full_queue(small_engine: ThreadedServer) -> None:
     assert all(b.finish_reason is not None and b.finish_reason.type == "abort" for b in blocked)
     assert result.meta_info.completion_tokens == 12
     assert sent > 1, "the first attempt met a full queue and was retried"
+
+
+async def test_a_stream_event_is_cut_only_where_sse_ends_a_line(stub: tuple[Script, str], script: Script) -> None:
+    """Generated text may hold U+2028, U+2029 or U+0085, which JSON leaves unescaped: the event is one line all the
+    same (splitting there read half an event as JSON, and the request failed with a raw JSONDecodeError)."""
+    script.reset("separators")
+    async with AsyncEngineClient(stub[1], timeout=10, incremental_streaming=False) as c:
+        chunks = [chunk async for chunk in c.generate_stream(text="a")]
+    assert [c.text for c in chunks] == ["a\u2028data: b\u2029c\x85d"] and chunks[-1].output_ids == [7, 8]
+
+
+async def test_an_event_that_is_not_json_is_a_clear_engine_error(stub: tuple[Script, str], script: Script) -> None:
+    script.reset("garbage")
+    async with AsyncEngineClient(stub[1], timeout=10, incremental_streaming=False) as c:
+        with pytest.raises(EngineClientError, match="not JSON") as raised:
+            [chunk async for chunk in c.generate_stream(text="a")]
+    assert raised.value.status_code == 502

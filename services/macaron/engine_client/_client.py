@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import uuid
 from typing import Any, AsyncIterator, Mapping
 
@@ -406,9 +407,28 @@ async def _until(deadline: float, awaitable: Any) -> Any:
         raise EngineTimeoutError("the call's deadline passed before the engine answered") from None
 
 
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+async def _sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The lines of an SSE body, split where the SSE format ends a line (CRLF, LF or CR) and nowhere else.
+
+    Why not `aiter_lines`: it splits like `str.splitlines`, also at U+0085, U+2028 and U+2029, which JSON
+    carries unescaped (SGLang's orjson and the embedded engine both send them raw); a generated token holding one
+    cut an event in two, and the half was read as JSON."""
+    pending = ""
+    async for text in response.aiter_text():
+        parts = _SSE_LINE_END.split(pending + text)
+        pending = parts.pop()
+        for part in parts:  # a CRLF cut between two chunks gives one more empty line: no data line, so read past
+            yield part
+    if pending:
+        yield pending
+
+
 async def _events(response: httpx.Response, deadline: float) -> AsyncIterator[dict[str, Any]]:
     """The JSON objects of an SSE body, up to `data: [DONE]`."""
-    lines = response.aiter_lines()
+    lines = _sse_lines(response)
     while True:
         try:
             line = await _until(deadline, lines.__anext__())
@@ -421,7 +441,11 @@ async def _events(response: httpx.Response, deadline: float) -> AsyncIterator[di
         payload = line[len("data:") :].strip()
         if payload == "[DONE]":
             return
-        yield json.loads(payload)
+        try:
+            yield json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise EngineClientError(f"{response.url} sent a stream event that is not JSON ({exc}): {payload[:120]!r}",
+                                    status_code=502) from None
 
 
 def _chunk(event: dict[str, Any], text: str, ids: list[int], incremental: bool) -> StreamChunk:
