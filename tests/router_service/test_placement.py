@@ -126,12 +126,12 @@ async def test_placed_sessions_are_shared_through_the_store_and_counted_locally_
     one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     req = PlacementRequest("chat", ("h",))
-    write = one.placed_session(A)
+    write = one.count_session(A)
     assert (await one.read(req)).sessions == {A: 1}  # before the store write
     assert (await two.read(req)).sessions == {}
     await write
-    await two.placed_session(A)
-    await two.placed_session(B)
+    await two.count_session(A)
+    await two.count_session(B)
     assert (await one.read(req)).sessions == {A: 2, B: 1} == (await two.read(req)).sessions
     assert (await one.read(req, with_load=False)).sessions == {}  # round robin reads nothing of it
 
@@ -144,12 +144,12 @@ async def test_a_routers_own_sessions_count_once_whenever_its_write_lands() -> N
     one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     req = PlacementRequest("chat", ("h",))
-    write = one.placed_session(A)
+    write = one.count_session(A)
     await write  # landed before the read is answered
     assert (await one.read(req)).sessions == {A: 1}
     rows = await store.hgetall_many(list(spread_keys(now_ms(), WINDOW_S)))
     assert rows[0] == {f"r1|{A}": b"1"}  # this router's own field
-    await two.placed_session(A)
+    await two.count_session(A)
     assert (await one.read(req)).sessions == {A: 2} == (await two.read(req)).sessions
     # an older router's plain replica field counts as another router's
     await store.hincrby(spread_keys(now_ms(), WINDOW_S)[0], B, 1, 60)
@@ -165,7 +165,7 @@ async def test_a_lost_session_count_write_heals_with_the_load_heartbeat() -> Non
     two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
     req = PlacementRequest("chat", ("h",))
     for replica in (A, A, B):
-        one.placed_session(replica).close()  # every write lost
+        one.count_session(replica).close()  # every write lost
     assert (await two.read(req)).sessions == {}
     tracker.start()
     try:
@@ -188,8 +188,8 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     first = await one.read(req)
     assert first.prefix == {A: 2, B: 0} and first.precise == {A, B} and first.predicted_tokens[A] == 32
     assert counts.inline_reads == 1 and first.sessions == {}
-    await two.placed_session(B)
-    await one.placed_session(A)  # landed after the kept rows were read: counted from this router's own
+    await two.count_session(B)
+    await one.count_session(A)  # landed after the kept rows were read: counted from this router's own
     assert one.read_at_once(req).sessions == {A: 1}  # two's session is not in the kept rows yet
     assert counts.background_reads == 0
     await asyncio.sleep(0.06)
@@ -198,7 +198,7 @@ async def test_kept_counts_are_renewed_beside_the_traffic_and_never_miss_this_ro
     assert counts.background_reads == 1
     assert one.read_at_once(req).sessions == {A: 1, B: 1}  # renewed: both, each once
     starts = PlacementRequest("chat", ("h",), kv_keys=("k1", "k2"), approximate=False, fresh_counts=True)
-    await two.placed_session(B)
+    await two.count_session(B)
     assert one.read_at_once(starts) is None  # a session's first turn spreads sessions: it reads the store's counts
     assert (await one.read(starts)).sessions == {A: 1, B: 2} and counts.inline_reads == 2
     assert one.read_at_once(req).sessions == {A: 1, B: 2}  # and the rows it read are kept for the others
@@ -287,7 +287,7 @@ async def test_caught_up_adds_what_this_router_did_after_the_snapshot_was_read()
     tracker.begin(B)
     read_before = await reader.read(first)
     assert read_before.sessions == {} and read_before.claimed == {} and read_before.load == {B: 1}
-    await reader.placed_session(A)
+    await reader.count_session(A)
     tracker.begin(A)  # the placed session's request is in flight there now
     tracker.end(B)
     write = pending.claim(first.kv_keys, A)
@@ -479,17 +479,17 @@ async def test_a_session_counts_once_while_it_talks_and_drops_out_after_its_last
     one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=60)
     two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=60)
     req = PlacementRequest("chat", ("h",))
-    await one.placed_session(A, "talks")
-    assert one.placed_session(A, "talks") is None  # its second turn in the window: counted already, no write
-    await one.placed_session(A, "ends")
+    await one.count_session(A, "talks")
+    assert one.count_session(A, "talks") is None  # its second turn in the window: counted already, no write
+    await one.count_session(A, "ends")
     assert (await one.read(req)).sessions == {A: 2} == (await two.read(req)).sessions
     for _ in range(3):  # "talks" sends a turn in each of the next windows, "ends" sends none
         clock[0] += 60_000
-        await one.placed_session(A, "talks")
+        await one.count_session(A, "talks")
         assert (await two.read(req)).sessions.get(A) == (2 if _ == 0 else 1), _
     assert one.own_sessions(clock[0]) == {A: 1}
     clock[0] += 60_000
-    await one.placed_session(B, "talks")  # it moved: counted on B alone
+    await one.count_session(B, "talks")  # it moved: counted on B alone
     assert (await two.read(req)).sessions == {A: 0, B: 1} and one.own_sessions(clock[0])[A] == 0
     clock[0] += 120_000  # two quiet windows: nothing live
     assert not any((await two.read(req)).sessions.values())

@@ -767,7 +767,7 @@ class RoutingCore:
         if self.policy == "prefix_affinity" and req.session_id:
             # every turn renews its session's count where it is served (once per spread window): the spread
             # scorer counts the sessions that are live on each replica, not the ones that started recently
-            counted = self.snapshots.placed_session(replica, f"{req.owner}\x00{req.session_id}")
+            counted = self.snapshots.count_session(replica, f"{req.owner}\x00{req.session_id}")
             if counted is not None:
                 self._spawn(counted)
 

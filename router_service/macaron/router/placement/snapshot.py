@@ -386,7 +386,7 @@ class SnapshotReader:
             counted_at=time.monotonic(),
         )
 
-    def placed_session(self, replica: str, session: str | None = None) -> Awaitable[None] | None:
+    def count_session(self, replica: str, session: str | None = None) -> Awaitable[None] | None:
         """A turn of a session went to `replica`: the session counts as live there, here at once (this router's
         reads take their own counts from here); the returned write counts it in the store for the other routers.
 
