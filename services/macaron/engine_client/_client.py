@@ -442,10 +442,11 @@ async def _events(response: httpx.Response, deadline: float) -> AsyncIterator[di
         if payload == "[DONE]":
             return
         try:
-            yield json.loads(payload)
+            event = json.loads(payload)
         except json.JSONDecodeError as exc:
             raise EngineClientError(f"{response.url} sent a stream event that is not JSON ({exc}): {payload[:120]!r}",
                                     status_code=502) from None
+        yield event
 
 
 def _chunk(event: dict[str, Any], text: str, ids: list[int], incremental: bool) -> StreamChunk:
