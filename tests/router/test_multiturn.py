@@ -103,8 +103,9 @@ def test_unsure_gate_off_lets_the_decision_switch(fast_classifier) -> None:
     ungated = SpecialistClassifier(fast_classifier.artifact, fast_classifier.settings.model_copy(
         update={"min_switch_confidence": 0.0}))
     # a vague lone turn the decision alone would move out of a ui session, unsure ("Turn 1: tell me more" did, before
-    # a label before a turn was read past: "tell me more" stays even ungated)
-    turn = [{"role": "user", "content": "can you help?"}]
+    # a label before a turn was read past, and "can you help?" did before every specialist weighed the same inside
+    # a kind of the decision's training data: both stay even ungated now)
+    turn = [{"role": "user", "content": "make a table of this"}]
     d = ungated.classify(messages=turn, session="ui", escalate=False)
     assert d.specialist != "ui" and d.confidence < 0.5
     assert fast_classifier.classify(messages=turn, session="ui", escalate=False).specialist == "ui"
@@ -192,3 +193,16 @@ def test_confident_last_turns_read_the_label_on_the_new_turn_alone() -> None:
                     groups=np.array(["a", "a", "a"]), rule_session=[None] * 3)
     assert CONFIDENT_LAST_TURN == 0.8
     assert confident_last_turns(data).tolist() == [True, False, False]  # the label's probability, not the top one
+
+
+def test_inside_a_kind_every_specialist_weighs_the_same() -> None:
+    from macaron.router.classifier.turn_training import kind_label_weights
+
+    # stays: 6 chat lines (one source of real follow-ups), 2 code; switches: 1 agent, 3 ui
+    kinds = ["stay"] * 8 + ["switch"] * 4
+    y = np.array([0] * 6 + [2] * 2 + [1] + [3] * 3)
+    w = kind_label_weights(kinds, y)
+    by = lambda k, label: sum(wi for wi, ki, yi in zip(w, kinds, y) if ki == k and yi == label)  # noqa: E731
+    assert by("stay", 0) == pytest.approx(by("stay", 2)) == pytest.approx(0.5)
+    assert by("switch", 1) == pytest.approx(by("switch", 3)) == pytest.approx(0.5)
+    assert w.sum() == pytest.approx(2.0)  # each kind weighs 1, as before

@@ -304,3 +304,55 @@ def test_api_bank_takes_the_openings_of_assistant_apis_and_their_follow_ups(tmp_
     assert roles == ["user", "assistant", "user", "tool_call", "tool", "assistant", "user"]
     assert json.loads(conv["conversation"][3]["content"]) == {"name": "BookHotel", "arguments": {"hotel_name": "Hilton"}}
     assert conv["label"] == "agent" and conv["tools"] is True
+
+
+def _mt_bench_101(root: Path) -> Path:
+    folder = root / "mtbench101" / "mt-bench-101" / "data" / "subjective"
+    folder.mkdir(parents=True)
+    dialogues = [
+        {"task": "FR", "id": 1, "history": [
+            {"user": "What are the potential side effects of antibiotics?", "bot": "Nausea and diarrhoea."},
+            {"user": "Could you present the same information as a list?", "bot": "- Nausea\n- Diarrhoea"}]},
+        {"task": "SI", "id": 2, "history": [
+            {"user": "Convert this Python 2 code to Python 3 for me.", "bot": "Sure, send it."},
+            {"user": 'print "Hello, world!"', "bot": 'print("Hello, world!")'}]},
+        {"task": "IC", "id": 3, "history": [
+            {"user": "What's going on with the stock market today?", "bot": "Which market?"},
+            {"user": "The NASDAQ.", "bot": "..."}]},
+        {"task": "TS", "id": 4, "history": [
+            {"user": "Any tips for a birthday gift for my friend?", "bot": "A smartwatch."},
+            {"user": "Switching gears, do you know a lasagna recipe?", "bot": "Yes."}]},
+        {"task": "SA", "id": 5, "history": [{"user": "Who directed Inception?", "bot": "Christopher Nolan."}]},
+    ]
+    (folder / "mtbench101.jsonl").write_text("".join(json.dumps(d) + "\n" for d in dialogues), encoding="utf-8")
+    return root
+
+
+def test_mt_bench_101_gives_real_follow_ups_chat_unless_hand_labelled(tmp_path: Path, monkeypatch) -> None:
+    root = _mt_bench_101(tmp_path / "src")
+    _hand_labels(tmp_path, monkeypatch, "mt_bench_101", [
+        (ps.MT_BENCH_101_FILE, "Convert this Python 2 code to Python 3 for me.", "code"),
+        (ps.MT_BENCH_101_FILE, "What's going on with the stock market today?", None),  # live data: left out
+    ])
+    assert ps.rows(root) == []  # conversations only: no single-turn lines
+    conversations = {c["conversation"][0]["content"]: c for c in ps.conversations(root)}
+    # chat by default, the code one by its hand label; the left-out, the topic shift and a lone turn are not read
+    assert {opening: c["label"] for opening, c in conversations.items()} == {
+        "What are the potential side effects of antibiotics?": "chat",
+        "Convert this Python 2 code to Python 3 for me.": "code"}
+    side_effects = conversations["What are the potential side effects of antibiotics?"]
+    assert [m["role"] for m in side_effects["conversation"]] == ["user", "assistant", "user"]  # ends on the follow-up
+    assert side_effects["conversation"][1]["content"] == "Nausea and diarrhoea."  # the assistant's real reply
+    assert side_effects["conversation"][-1]["content"] == "Could you present the same information as a list?"
+    assert side_effects["license"] == "Apache-2.0" and "tools" not in side_effects  # no functions declared
+
+
+def test_every_mt_bench_101_conversation_in_the_data_is_chat_unless_hand_labelled() -> None:
+    labels = ps.hand_labels("mt_bench_101")
+    data_dir = Path(ps.__file__).resolve().parent / "routing_data"
+    lines = [json.loads(line) for line in (data_dir / "conversations.jsonl").read_text(encoding="utf-8").splitlines()]
+    mt = [line for line in lines if line["source"].startswith("mtbench101/mt-bench-101:")]
+    assert len(mt) == 300
+    assert all(labels.get(ps.text_digest(" ".join(line["conversation"][0]["content"].split())), "chat") == line["label"]
+               for line in mt)
+    assert set(labels.values()) <= {"code", None}

@@ -530,12 +530,58 @@ def api_bank_conversations(root: Path, max_user_turns: int = 4) -> Iterator[Conv
         yield Conversation(turns, "agent", path, api)
 
 
+# --- real follow-ups in conversations with a general assistant (`chat`, a few `code`) ----------------
+
+MT_BENCH_101_FILE = "data/subjective/mtbench101.jsonl"
+# Its tasks whose later turns lean on the conversation: rephrasing, reformatting, self-correction, anaphora,
+# clarification, separate inputs, context memory, proactive chat, reasoning and maths follow-ups. Left out:
+# topic shifts (TS: a later turn is a new request) and content confusion (CC: a look-alike question of
+# another topic, "Why do my plants need a soil injection?" after SQL injection).
+MT_BENCH_101_FOLLOW_UP_TASKS = frozenset("AR CM CR FR GR IC MR PI SA SC SI".split())
+
+
+def _mt_bench_101_dialogues(root: Path) -> Iterator[tuple[str, list[dict[str, str]], str]]:
+    """(dialogue id, turns with the assistant's replies, label) of each follow-up dialogue whose opening is
+    not left out. The label is `chat` (a general assistant's benchmark: advice, knowledge, writing, maths)
+    unless routing_data/hand_labels/mt_bench_101.jsonl says otherwise for its opening (`code`, or null:
+    live data such as today's stock market, which a tool serves, or a computing concept no one specialist
+    clearly serves)."""
+    path = root / MT_BENCH_101_FILE
+    if not path.is_file():
+        return
+    labels = hand_labels("mt_bench_101")
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        history = item.get("history") or []
+        if item.get("task") not in MT_BENCH_101_FOLLOW_UP_TASKS or not history:
+            continue
+        opening = _clean(str(history[0].get("user") or ""))
+        label = labels.get(text_digest(opening), "chat")
+        if not opening or label is None:
+            continue
+        turns: list[dict[str, str]] = []
+        for exchange in history:
+            turns += [{"role": "user", "content": _request_text(str(exchange.get("user") or ""))},
+                      {"role": "assistant", "content": _request_text(str(exchange.get("bot") or ""))}]
+        yield str(item.get("id", opening)), turns[:-1], label  # ends on the user's last turn
+
+
+def mt_bench_101_conversations(root: Path) -> Iterator[Conversation]:
+    """The dialogues with the assistant's real replies; their later turns are follow-ups ("Could you
+    present the same information in a simplified list format?", "That doesn't sound quite right. Could you
+    check that information again?", "It's an acrylic painting.")."""
+    for unit, turns, label in _mt_bench_101_dialogues(root):
+        yield Conversation(turns, label, MT_BENCH_101_FILE, unit)
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     repository: str
     commit: str
     license: str
-    reader: Any
+    reader: Any  # None: the source gives conversations only
     cap: int  # lines sampled (fixed seed) from what the reader yields
     conversations: Any = None
     conversation_cap: int = 0
@@ -570,6 +616,9 @@ SOURCES: tuple[Source, ...] = (
     # 60 dialogues: the samples repeat one scenario per API, and half their later turns give a username and password
     Source("AlibabaResearch/DAMO-ConvAI", "483554eae102996f5ec1f4feab4e78ef29c2a394", "MIT (API-Bank)", api_bank, 300,
            api_bank_conversations, 60, tools=True),
+    # conversations only: its openings as single turns cost `agent` recall (routing_data/README.md, MT-Bench-101)
+    Source("mtbench101/mt-bench-101", "bc18b3e2c18c99164e11528f1a79c92083db5953", "Apache-2.0", None, 0,
+           mt_bench_101_conversations, 300),
 )
 
 
@@ -584,7 +633,7 @@ def rows(root: Path, sources: tuple[Source, ...] = SOURCES) -> list[dict[str, st
     found: list[dict[str, str]] = []
     for source in sources:
         folder = root / source.repository
-        if not folder.is_dir():
+        if source.reader is None or not folder.is_dir():
             continue
         seen: set[str] = set()
         items = []
