@@ -102,13 +102,21 @@ def test_unsure_gate_off_lets_the_decision_switch(fast_classifier) -> None:
 
     ungated = SpecialistClassifier(fast_classifier.artifact, fast_classifier.settings.model_copy(
         update={"min_switch_confidence": 0.0}))
-    # a vague lone turn the decision alone would move out of a ui session, unsure ("Turn 1: tell me more" did, before
-    # a label before a turn was read past, and "can you help?" did before every specialist weighed the same inside
-    # a kind of the decision's training data: both stay even ungated now)
-    turn = [{"role": "user", "content": "make a table of this"}]
-    d = ungated.classify(messages=turn, session="ui", escalate=False)
-    assert d.specialist != "ui" and d.confidence < 0.5
-    assert fast_classifier.classify(messages=turn, session="ui", escalate=False).specialist == "ui"
+    # vague lone turns the decision alone moved out of their session, unsure, in one retrain or another ("Turn 1: tell
+    # me more" before a label before a turn was read past, "can you help?" in `ui` before every specialist weighed the
+    # same inside a kind, "make a table of this" in `ui` and "put it on a page" in `chat` after): with the gate every
+    # one stays, and without it at least one moves
+    turns = ("can you help?", "make a table of this", "put it on a page", "show me", "fix it please")
+    moved = []
+    for session in ("chat", "agent", "code", "ui"):
+        for text in turns:
+            turn = [{"role": "user", "content": text}]
+            assert fast_classifier.classify(messages=turn, session=session, escalate=False).specialist == session
+            d = ungated.classify(messages=turn, session=session, escalate=False)
+            if d.specialist != session:
+                assert d.confidence < 0.5, (session, text, d.probabilities)
+                moved.append((session, text))
+    assert moved
 
 
 def test_tool_loop_never_switches(fast_classifier) -> None:
