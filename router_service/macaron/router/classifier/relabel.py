@@ -36,9 +36,9 @@ def relabel(data_dir: Path, relabelled: dict[str, str] = RELABELLED) -> dict[str
             if not line.strip():
                 continue
             row = json.loads(line)
-            by_digest = labels.get(row["source"].split(":", 1)[0])
-            digest = text_digest(row["text"]) if by_digest is not None else ""
-            if by_digest is not None and digest in by_digest:
+            by_digest = labels.get(row["source"].split(":", 1)[0], {})
+            digest = text_digest(row["text"])
+            if digest in by_digest:
                 label = by_digest[digest]
                 if label is None:
                     counts["dropped"] += 1
