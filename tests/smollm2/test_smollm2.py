@@ -72,13 +72,14 @@ def test_conversion_is_a_plain_llama_directory(smollm2: ModelAssets):
 
 
 def test_all_four_specialist_adapters_ship(smollm2: ModelAssets):
-    assert sorted(smollm2.adapters) == sorted([*ADAPTER_NAMES, "ui@v2"])  # ui@v2 (A2UI) next to ui (v1)
+    # ui@v2 (A2UI) next to ui (v1); agent@v2 (answers without tools too) next to agent
+    assert sorted(smollm2.adapters) == sorted([*ADAPTER_NAMES, "ui@v2", "agent@v2"])
     for path in smollm2.adapters.values():
         card = json.loads((path / "macaron-adapter.json").read_text())
         assert card["final_loss"] < card["first_loss"]
 
 
-@pytest.mark.parametrize("adapter", [None, *ADAPTER_NAMES, "ui@v2"])
+@pytest.mark.parametrize("adapter", [None, *ADAPTER_NAMES, "ui@v2", "agent@v2"])
 def test_engine_greedy_equals_transformers(engine: LLMEngine, smollm2: ModelAssets, adapter: str | None):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -139,3 +140,32 @@ def test_ui_v2_answers_sdk_valid_a2ui(engine: LLMEngine, smollm2: ModelAssets):
         assert out.finish_reason["type"] == "stop", out.finish_reason
         messages = validate_a2ui(out.text, prune=True)
         assert messages[1]["updateComponents"]["components"][0]["id"] == "root"
+
+
+def test_agent_v2_answers_in_prose_without_tools_and_calls_one_with_them(engine: LLMEngine, smollm2: ModelAssets):
+    """A request the router sends to agent comes with or without tools. agent (v1) only ever saw tools and
+    answered a tool-less request with noise; agent@v2, the version served by default, answers it in prose
+    and still calls an offered tool."""
+    from macaron.training.tasks import task
+    from macaron.training.tool_catalog import tools_for
+
+    if "agent@v2" not in smollm2.adapters:
+        pytest.skip("agent@v2 not shipped")
+    agent = task("agent")
+    request = "Set an alarm for 6:30 tomorrow morning"
+    tools = tools_for(request, seed=0)
+    prompts = {
+        "none": _chat(engine.tokenizer, request, agent.serving_prompt),
+        "tools": engine.tokenizer.apply_chat_template(
+            agent.student(request, tools).messages, tools=tools, tokenize=False, add_generation_prompt=True),
+    }
+    for rid, prompt in prompts.items():
+        engine.add_request(GenerateRequest(rid=rid, prompt=prompt, lora_path="agent@v2",
+                                           sampling=SamplingParams(temperature=0, max_new_tokens=160)))
+    outs = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                outs[out.rid] = out.text
+    assert agent.good(outs["none"], None), outs["none"]  # a finished prose answer, no call, no JSON
+    assert agent.good(outs["tools"], tools), outs["tools"]  # a well-formed call of an offered tool

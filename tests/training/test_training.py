@@ -127,6 +127,30 @@ def test_checks_count_what_each_specialist_must_do():
     assert chat.good("Paris is the capital of France.", None) and not chat.good("```py\nx\n```", None)
 
 
+def test_agent_without_tools_is_asked_and_judged_as_prose():
+    """A share of agent's prompts comes with no tools: the teacher is shown two worked answers and told it cannot
+    act; a target must admit the limit or ask (an invented result is dropped); eval counts a finished prose answer."""
+    plain, half, none = task("agent"), task("agent", without_tools_share=0.5), task("agent", without_tools_share=1.0)
+    prompts = [f"set an alarm for {h}:00" for h in range(40)]
+    assert all(plain.tools(p, seed=i) for i, p in enumerate(prompts))
+    assert not any(none.tools(p, seed=i) for i, p in enumerate(prompts))
+    drawn = [half.tools(p, seed=i) is None for i, p in enumerate(prompts)]
+    assert 8 <= sum(drawn) <= 32 and drawn == [half.tools(p, seed=i) is None for i, p in enumerate(prompts)]
+    assert task("code", without_tools_share=1.0).without_tools_share == 0.0  # only agent is asked without tools
+    with pytest.raises(ValueError):
+        task("agent", without_tools_share=1.5)
+
+    plan = none.teacher("what's my savings balance", None)
+    assert plan.tools is None and plan.json_schema is None and plan.messages[-1]["content"] == "what's my savings balance"
+    assert [m["role"] for m in plan.messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    honest = "I can't see your accounts from here. Your bank's app shows your savings balance."
+    assert none.target(plan, honest, "stop") == honest
+    assert none.target(plan, "Your savings balance is $1,204.", "stop") is None  # an invented result
+    assert none.target(plan, honest, "length") is None
+    assert none.good(honest, None) and not none.good('<tool_call>\n{"name": "x"}\n</tool_call>', None)
+    assert none.student("what's my savings balance", None).tools is None
+
+
 def test_catalog_tools_are_valid_openai_tools():
     for entry in CATALOG:
         fn = entry["function"]

@@ -37,12 +37,23 @@ def _names(value: str) -> list[str]:
     return names
 
 
+def _share(value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share is a number from 0 to 1; got {value!r}")
+    return share
+
+
 def _distill(args: argparse.Namespace) -> int:
     from macaron.training.distill import distill
     from macaron.training.tasks import task
 
     model_dir, _ = _base_model(args)
-    provenance = distill(model_dir, [task(n) for n in args.specialists], Path(args.out), args.per_specialist,
+    tasks = [task(n, without_tools_share=args.without_tools) for n in args.specialists]
+    provenance = distill(model_dir, tasks, Path(args.out), args.per_specialist,
                          seed=args.seed, progress=not args.quiet)
     print(json.dumps({name: {k: v for k, v in p.items() if k != "sources"} for name, p in provenance["specialists"].items()}))
     return 0
@@ -84,7 +95,7 @@ def _eval(args: argparse.Namespace) -> int:
         print("macaron adapters eval: no adapter to evaluate; pass --adapter NAME=DIR", file=sys.stderr)
         return 2
     chosen = {k: v for k, v in adapters.items() if k.partition("@")[0] in names}
-    scores = evaluate(model_dir, chosen, [task(n) for n in names], args.per_specialist,
+    scores = evaluate(model_dir, chosen, [task(n, without_tools_share=args.without_tools) for n in names], args.per_specialist,
                       seed=args.seed, progress=not args.quiet, base_arms=not args.no_base,
                       served=args.served)
     print(table(scores))
@@ -98,6 +109,9 @@ def add_actions(commands: Any) -> None:
     common.add_argument("--model", help="Base model directory (default: the configured built-in model).")
     common.add_argument("--seed", type=int, default=0, help="Seed of prompt sampling and training (default 0).")
     common.add_argument("--quiet", action="store_true", help="No progress bars.")
+    common.add_argument("--without-tools", type=_share, default=0.0, metavar="SHARE",
+                        help="agent: the share of prompts asked with no tools offered (0–1, default 0); their "
+                        "teacher answers in prose, and eval counts a finished prose answer for them.")
 
     p = commands.add_parser("distill", parents=[common], help="Build specialists' training data with the base as teacher.")
     p.add_argument("--out", required=True, help="Folder for <name>.jsonl files and provenance.json.")

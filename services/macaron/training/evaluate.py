@@ -8,8 +8,8 @@ is measured three ways, all greedy and *unconstrained*:
 - `adapter`: the adapter with the profile prompt, as the specialist serves it.
 
 The figure is the share of answers with the task's property (`tasks.py`: a fenced code block
-for code, a well-formed call of an offered tool for agent, valid A2UI for ui, a finished
-prose answer for chat). All requests of all arms run as one batch on the engine.
+for code, a well-formed call of an offered tool for agent (a finished prose answer for the prompts
+asked with no tools, `--without-tools`), valid A2UI for ui, a finished prose answer for chat). All requests of all arms run as one batch on the engine.
 
 With `served`, each request is made as the specialist serves it by default (ui: constrained to its
 bounded A2UI grammar, strays pruned before the check) instead of unconstrained.
@@ -111,7 +111,7 @@ def summary(scores: dict[str, dict[str, ArmScore]]) -> dict[str, Any]:
 
 PROPERTY = {
     "chat": "finished prose answer",
-    "agent": "well-formed call of an offered tool",
+    "agent": "call of an offered tool (none: prose)",
     "code": "fenced code block",
     "ui": "valid A2UI v0.9 (SDK, basic catalog)",
 }
