@@ -687,12 +687,16 @@ def cached_ceiling(requests: list[list[tuple[str, list[int]]]], block_size: int)
 
 
 async def multi_turn(senders: Senders, name: str, targets: list[str], *, sessions: int, turns: int, systems: list[str],
-                     users: list[str], concurrency: int, apps: int, trace: bool = False) -> RunResult:
+                     users: list[str], concurrency: int, apps: int, trace: bool = False,
+                     end_sessions: bool = False) -> RunResult:
     """Every session in its own task (at most `concurrency` turns in flight); requests alternate over targets.
 
     The assistant turns are fixed texts, so every arm sends exactly the same requests and session ids. `trace`:
     log every session's first turn in the order they were sent (target, replica, predicted and reported cached
-    tokens), to see how a placement came about."""
+    tokens), to see how a placement came about. `end_sessions`: a session sent through our routers ends with
+    EndSession after its last turn, as a client that closes its conversations."""
+    from macaron.v1 import router_pb2
+
     salt = uuid.uuid4().hex[:12]
     result = RunResult(name, ceiling=senders.ceiling(sessions, turns, systems, users, salt, apps), apps=apps)
     gate = asyncio.Semaphore(concurrency)
@@ -721,6 +725,12 @@ async def multi_turn(senders: Senders, name: str, targets: list[str], *, session
                 firsts.append((sent, s, target, turn))
             result.turns.append(turn)
             result.by_session.setdefault(s, []).append(turn)
+        if end_sessions and not target.startswith("http"):
+            try:
+                await senders.routers[target].EndSession(router_pb2.EndSessionRequest(session_id=session_id), timeout=10)
+            except Exception as exc:  # noqa: BLE001 - counted, the run goes on
+                result.errors += 1
+                log(f"  {name}: EndSession failed: {exc.__class__.__name__}: {str(exc)[:200]}")
 
     await asyncio.gather(*(session(s) for s in range(sessions)))
     rate = result.cached / result.prompt if result.prompt else 0.0
@@ -1120,7 +1130,8 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
                 await senders.reconnect(["a", "b"])
             try:
                 targets = [stack.smg[t_] if t_ in smg else t_ for t_ in arms[name]]
-                runs[name].append(await multi_turn(senders, name, targets, trace=args.trace, **shape))
+                runs[name].append(await multi_turn(senders, name, targets, trace=args.trace,
+                                                   end_sessions=args.end_sessions, **shape))
             finally:
                 for proc in procs:
                     proc.stop()
@@ -1161,7 +1172,7 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     out["workload_errors"] = sum(r.errors for rs in runs.values() for r in rs)
     out["workload"] = {**{k: v for k, v in shape.items() if k in ("sessions", "turns", "concurrency", "apps")},
                        "app_chars": args.app_chars if args.apps else None,
-                       "repeats": args.repeats, "carry_sessions": bool(args.carry_sessions), "kv_tokens": args.kv_tokens, **args.sizes}
+                       "repeats": args.repeats, "carry_sessions": bool(args.carry_sessions), "end_sessions": bool(args.end_sessions), "kv_tokens": args.kv_tokens, **args.sizes}
     log(f"  ({time.monotonic() - t:.1f} s)")
 
 
@@ -1212,6 +1223,9 @@ def main(argv: list[str] | None = None) -> int:
                         "counts and head claims, from one multi-turn arm to the next (by default they are restarted "
                         "and their session state cleared before each of their arms, as smg is started for each of "
                         "its own); shows what ended sessions still counted do to placement.")
+    parser.add_argument("--end-sessions", action="store_true", help="Each session sent through our routers ends with "
+                        "EndSession after its last turn (a client that closes its conversations): with "
+                        "--carry-sessions, shows whether ended sessions still weigh on the next arm's placement.")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="The route part prints the N functions of a cProfile of its routes with the most own "
                         "time (the profiler slows the routes it measures: for finding, not comparing).")

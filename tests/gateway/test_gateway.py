@@ -292,6 +292,23 @@ def test_models_health_ready_metrics_openapi(dev_gateway: ThreadedServer) -> Non
     assert "/v1/chat/completions" in spec["paths"] and "ChatCompletionRequest" in spec["components"]["schemas"]
 
 
+def test_ending_a_session_is_204_then_404(dev_gateway: ThreadedServer, fake: FakeRouterServer) -> None:
+    oai(dev_gateway).chat.completions.create(model="macaron-auto", messages=[{"role": "user", "content": "python?"}],
+                                             extra_headers={"x-session-id": "sess-end"})
+    assert "sess-end" in fake.servicer.sessions
+    ended = httpx.delete(dev_gateway.url + "/v1/sessions/sess-end", timeout=10)
+    assert ended.status_code == 204 and "sess-end" not in fake.servicer.sessions
+    again = httpx.delete(dev_gateway.url + "/v1/sessions/sess-end", timeout=10)
+    assert again.status_code == 404 and again.json()["error"]["code"] == "session_not_found"
+
+
+def test_ending_a_session_needs_a_key(keyed_gateway: ThreadedServer, fake: FakeRouterServer) -> None:
+    assert httpx.delete(keyed_gateway.url + "/v1/sessions/s1", timeout=10).status_code == 401
+    response = httpx.delete(keyed_gateway.url + "/v1/sessions/s1", headers={"authorization": f"Bearer {API_KEY}"},
+                            timeout=10)
+    assert response.status_code == 404  # the key is forwarded; the router has no such session for it
+
+
 def test_keys_are_required_and_forwarded(keyed_gateway: ThreadedServer, fake: FakeRouterServer) -> None:
     with pytest.raises(openai.AuthenticationError) as info:
         oai(keyed_gateway, key="mk-wrong").chat.completions.create(model="macaron-auto", messages=HI)

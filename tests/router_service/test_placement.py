@@ -467,6 +467,24 @@ async def test_index_and_snapshot_round_trip_on_a_store() -> None:
     assert block_keys(["ab"]) == ["pfx:ab"]
 
 
+async def test_an_ended_session_counts_out_at_once_where_it_was_counted() -> None:
+    """An end signal (EndSession) counts a session out of the router that counted it at once, and its write tells
+    the others; a session this router never counted (or counted out already) changes nothing."""
+    store = MemoryStore()
+    one = SnapshotReader(store, LoadTracker(store, "r1"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    two = SnapshotReader(store, LoadTracker(store, "r2"), prefix_ttl_s=600, spread_window_s=WINDOW_S)
+    req = PlacementRequest("chat", ("h",))
+    await one.count_session(A, "ends")
+    await one.count_session(A, "talks")
+    assert (await two.read(req)).sessions == {A: 2}
+    assert two.end_session("ends") is None  # not counted by two
+    await one.end_session("ends")
+    assert (await two.read(req)).sessions == {A: 1} == (await one.read(req)).sessions
+    assert one.end_session("ends") is None  # counted out already
+    await one.count_session(A, "ends")  # the same id talks again: a new conversation, counted again
+    assert (await two.read(req)).sessions == {A: 2}
+
+
 async def test_a_session_counts_once_while_it_talks_and_drops_out_after_its_last_turn(monkeypatch) -> None:
     """Spread counts live sessions: each turn renews its session's count, once per window, in the latest window it
     talked in, so the two windows a read sums hold a talking session exactly once however long ago it started, and

@@ -143,6 +143,34 @@ async def test_two_routers_sharing_redis_make_the_same_choices(routers) -> None:
     assert [p.probability for p in ca.probabilities] == [p.probability for p in cb.probabilities]
 
 
+async def test_a_session_ended_through_one_router_is_forgotten_and_counted_out_in_the_other(routers) -> None:
+    """EndSession: the session is forgotten (the next turn starts afresh) and stops counting as live on its replica,
+    in the router that counted it too, at once rather than one to two spread windows later."""
+    from macaron.router.placement.snapshot import now_ms
+
+    a_server, a = await routers.start(router_id="router-a")
+    b_server, b = await routers.start(router_id="router-b")
+    turn = await generate(b, req("write a python function", session="s-end"))
+    replica = turn[0].route.replica
+    await b_server.core.flush()
+    assert b_server.core.snapshots.own_sessions(now_ms())[replica] == 1
+    reply = await a.EndSession(router_pb2.EndSessionRequest(session_id="s-end"), timeout=10)
+    assert reply.ended
+    for _ in range(100):  # B hears of it through the placement store's channel
+        if b_server.core.snapshots.own_sessions(now_ms())[replica] == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert b_server.core.snapshots.own_sessions(now_ms())[replica] == 0
+    assert await b_server.core.read_session("dev", "s-end") is None
+    after = await b.Classify(router_pb2.ClassifyRequest(request=req("thanks", session="s-end")), timeout=30)
+    assert after.route.reason != pb.ROUTE_REASON_SESSION  # a new conversation, not the ended one's code session
+    again = await a.EndSession(router_pb2.EndSessionRequest(session_id="s-end"), timeout=10)
+    assert not again.ended  # nothing left to end: a retry after a lost reply is harmless
+    for bad in ("", "x" * 300):
+        error = await error_of(a.EndSession(router_pb2.EndSessionRequest(session_id=bad), timeout=10))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "session_id" in error.details()
+
+
 async def test_classify_and_the_judge(routers, settings) -> None:
     _, stub = await routers.start()
     sure = await stub.Classify(router_pb2.ClassifyRequest(request=req("write a python function")), timeout=30)

@@ -146,6 +146,14 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
         return router_pb2.ClassifyResponse(route=route, probabilities=probs, decision_ms=0.2)
 
 
+    def EndSession(self, request: router_pb2.EndSessionRequest,
+                   context: grpc.ServicerContext) -> router_pb2.EndSessionResponse:
+        """As the router: INVALID_ARGUMENT for an empty id, `ended` false when there was no such session."""
+        if not request.session_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is empty")
+        return router_pb2.EndSessionResponse(ended=self.sessions.pop(request.session_id, None) is not None)
+
+
 def _logprob(token: str, logprob: float, top: int) -> pb.TokenLogprob:
     alternatives = [pb.TopLogprob(token=token, logprob=logprob, bytes=token.encode())]
     alternatives += [pb.TopLogprob(token=f"alt{k}", logprob=logprob - k, bytes=f"alt{k}".encode()) for k in range(1, top)]

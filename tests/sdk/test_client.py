@@ -68,6 +68,17 @@ class Twin:
 
         return asyncio.run(run())
 
+    def end_session(self, session_id: str) -> bool:
+        if self.kind == "sync":
+            with sdk.MacaronClient(self.target, **self.options) as c:
+                return c.sessions.end(session_id)
+
+        async def run() -> bool:
+            async with sdk.AsyncMacaronClient(self.target, **self.options) as c:
+                return await c.sessions.end(session_id)
+
+        return asyncio.run(run())
+
 
 @pytest.fixture(params=["sync", "async"])
 def twin(request: pytest.FixtureRequest, fake: FakeRouterServer) -> Twin:
@@ -190,6 +201,14 @@ def test_sampling_extras_reach_the_router(twin: Twin, fake: FakeRouterServer) ->
     sampling = fake.servicer.calls[-1].request.sampling
     assert sampling.top_k == 40 and sampling.min_p == pytest.approx(0.05)
     assert sampling.repetition_penalty == pytest.approx(1.1) and sampling.min_new_tokens == 3
+
+
+def test_sessions_end_says_whether_there_was_one(twin: Twin, fake: FakeRouterServer) -> None:
+    twin.create(messages=[{"role": "user", "content": "python"}], session_id="s-twin")
+    assert twin.end_session("s-twin") is True and "s-twin" not in fake.servicer.sessions
+    assert twin.end_session("s-twin") is False
+    with pytest.raises(sdk.BadRequestError):
+        twin.end_session("")
 
 
 def test_the_package_ships_its_types() -> None:

@@ -64,6 +64,7 @@ from macaron.router.metrics import RouterMetrics
 from macaron.router.placement import Placement, PlacementProfile, PlacementRequest, Snapshot, build_profile
 from macaron.router.placement.snapshot import LoadTracker, SnapshotReader
 from macaron.router.prefix_index import PrefixIndex, adapter_seed, block_hashes, head_block
+from macaron.router.session_end import SessionEndFollower, announce_end
 from macaron.router.sessions import SessionStore, session_key
 from macaron.router.sessions import decode as decode_session
 from macaron.router.settings import RouterSettings
@@ -317,12 +318,18 @@ class RoutingCore:
                                                on_restart=lambda _: self.versions.inventory.hurry())
         self._background: set[asyncio.Task[Any]] = set()
         self._canaries: dict[str, str] = {}
+        self.session_ends: SessionEndFollower | None = None
+        """Sessions other routers end are counted out here too (spread counts matter to prefix_affinity only)."""
+        if self.policy == "prefix_affinity":
+            self.session_ends = SessionEndFollower(self.cache_store, self._count_out)
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self.tracker.start()
         await self.versions.start()
+        if self.session_ends is not None:
+            await self.session_ends.start()
         if self.kv_follower is not None:
             self.kv_follower.start()
 
@@ -341,6 +348,8 @@ class RoutingCore:
     async def aclose(self) -> None:
         if self.kv_follower is not None:
             await self.kv_follower.aclose()
+        if self.session_ends is not None:
+            await self.session_ends.stop()
         if self._background:
             await asyncio.wait(self._background, timeout=2.0)
         if self.snapshots.counts is not None:
@@ -767,7 +776,7 @@ class RoutingCore:
         if self.policy == "prefix_affinity" and req.session_id:
             # every turn renews its session's count where it is served (once per spread window): the spread
             # scorer counts the sessions that are live on each replica, not the ones that started recently
-            counted = self.snapshots.count_session(replica, f"{req.owner}\x00{req.session_id}")
+            counted = self.snapshots.count_session(replica, session_key(req.owner, req.session_id))
             if counted is not None:
                 self._spawn(counted)
 
@@ -779,6 +788,25 @@ class RoutingCore:
         if preq.block_hashes:  # this router sees it at once; the store after the first chunk
             self.prefix_index.remember(preq.block_hashes, replica)
         return route
+
+    async def end_session(self, owner: str, session_id: str) -> bool:
+        """The caller ended a conversation: the session is forgotten, and counted out of the live sessions here
+        and, through the placement store's channel, in every other router. Whether the key had such a session.
+        Raises StoreUnavailableError when the session store does not answer."""
+        key = session_key(owner, session_id)
+        ended = await self.sessions.delete(owner, session_id)
+        if self.session_ends is not None:
+            self._count_out(key)
+            try:
+                await announce_end(self.cache_store, key)
+            except StoreUnavailableError:  # the others count it out when its windows pass
+                log.info("session end not announced: placement store unavailable")
+        return ended
+
+    def _count_out(self, session: str) -> None:
+        written = self.snapshots.end_session(session)
+        if written is not None:
+            self._spawn(written)
 
     def observe_cached(self, route: Route, cached_tokens: int) -> bool | None:
         """The engine's own `cached_tokens` for a routed request: counts the index's over-claims, and teaches

@@ -31,7 +31,7 @@ from macaron.router.decision import Decision
 from macaron.router.forwarder import Forwarder
 from macaron.router.routing import AdmitOnRead, InvalidHintError, Route, RouteRequest, RoutingCore
 from macaron.router.sessions import MAX_SESSION_ID_LENGTH
-from macaron.store import Admission, AdmitResult
+from macaron.store import Admission, AdmitResult, StoreUnavailableError
 from macaron.v1 import common_pb2 as pb
 from macaron.v1 import router_pb2, router_pb2_grpc
 
@@ -356,3 +356,28 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                 response.probabilities.add(specialist=KIND_BY_NAME[name], probability=decision.classified.p(name))
         self._count("Classify", grpc.StatusCode.OK)
         return response
+
+    async def EndSession(
+        self, request: router_pb2.EndSessionRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.EndSessionResponse:
+        """Forgets the caller's session and counts it out of the live sessions in every router."""
+        metadata = telemetry.metadata_to_dict(context.invocation_metadata())
+        try:
+            principal = self._authenticate(metadata)
+            await self._check_limit(principal)
+            if not request.session_id:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is empty; give the id the conversation's "
+                                                              "turns were sent with")
+            if len(request.session_id) > MAX_SESSION_ID_LENGTH:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"session_id has {len(request.session_id)} characters; "
+                                                              f"at most {MAX_SESSION_ID_LENGTH} are allowed")
+            try:
+                ended = await self.core.end_session(principal.name, request.session_id)
+            except StoreUnavailableError:
+                raise Abort(grpc.StatusCode.UNAVAILABLE, "the session store does not answer; try again") from None
+        except Abort as exc:
+            self._count("EndSession", exc.code)
+            await context.abort(exc.code, exc.details, exc.trailers)
+            raise  # unreachable: abort raises
+        self._count("EndSession", grpc.StatusCode.OK)
+        return router_pb2.EndSessionResponse(ended=ended)

@@ -63,3 +63,10 @@ class SessionStore:
 
     async def put(self, owner: str, session_id: str, view: SessionView) -> None:
         await self.store.hset(session_key(owner, session_id), encode(view), self.ttl_s)
+
+    async def delete(self, owner: str, session_id: str) -> bool:
+        """Forgets a session; whether there was one to forget."""
+        key = session_key(owner, session_id)
+        (fields,) = await self.store.hgetall_many([key])
+        await self.store.delete(key)
+        return decode(fields) is not None

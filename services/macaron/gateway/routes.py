@@ -14,10 +14,10 @@ from macaron.gateway import protocol as p
 from macaron.gateway import protocol_completions as pc
 from macaron.gateway.body import parse_json_body
 from macaron.gateway.deadline import RECEIVED_AT_KEY, TIMEOUT_HEADER, Deadline, client_deadline
-from macaron.gateway.errors import GatewayError, bad_request, from_validation
+from macaron.gateway.errors import GatewayError, bad_request, from_sdk, from_validation
 from macaron.gateway.serving_chat import SESSION_HEADER
 from macaron.gateway.stats import summarize
-from macaron.sdk import MODELS
+from macaron.sdk import MODELS, APIError
 
 if TYPE_CHECKING:
     from macaron.gateway.app import Gateway
@@ -163,6 +163,29 @@ async def retrieve_model(model_id: str, request: Request, _: tuple[Principal, st
         raise GatewayError(404, f"The model `{model_id}` does not exist", type="not_found_error", param="model",
                            code="model_not_found")
     return p.Model(id=model_id, created=_gateway(request).created)
+
+
+@router.delete(
+    "/v1/sessions/{session_id}",
+    status_code=204,
+    responses={**_ERRORS, 404: {"model": p.ErrorResponse}},
+    summary="End a conversation kept under a session id (the x-session-id header's)",
+)
+async def end_session(session_id: str, request: Request,
+                      auth: tuple[Principal, str | None] = Depends(admit_chat)) -> Response:
+    """The router forgets the session and stops counting it as live on its replica, in every router, at once
+    (otherwise it counts until its windows pass). 204: ended; 404: this key has no such session."""
+    gateway = _gateway(request)
+    client = gateway.client.with_options(api_key=auth[1] or "")
+    try:
+        ended = await client.sessions.end(session_id, request_id=request.headers.get(telemetry.REQUEST_ID_KEY),
+                                          timeout=gateway.settings.router_timeout_s)
+    except APIError as exc:
+        raise from_sdk(exc) from None
+    if not ended:
+        raise GatewayError(404, f"no session `{session_id}` for this key (never started, expired, or ended "
+                                "already)", type="not_found_error", param="session_id", code="session_not_found")
+    return Response(status_code=204)
 
 
 @router.get("/healthz", summary="Liveness: the process answers")

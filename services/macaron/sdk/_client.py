@@ -43,6 +43,7 @@ from macaron.v1 import router_pb2_grpc
 if TYPE_CHECKING:
     from macaron.sdk.resources.chat import AsyncChat, Chat
     from macaron.sdk.resources.completions import AsyncCompletions, Completions
+    from macaron.sdk.resources.sessions import AsyncSessions, Sessions
 
 ROUTER_SERVICE = "macaron.v1.Router"
 _SHOULD_RETRY_KEY = "x-should-retry"
@@ -177,6 +178,13 @@ class MacaronClient(_BaseClient):
         return Completions(self)
 
     @cached_property
+    def sessions(self) -> Sessions:
+        """The end of a conversation kept under a session id (`end`)."""
+        from macaron.sdk.resources.sessions import Sessions
+
+        return Sessions(self)
+
+    @cached_property
     def _stub(self) -> router_pb2_grpc.RouterStub:
         return router_pb2_grpc.RouterStub(self._channel)
 
@@ -265,6 +273,13 @@ class AsyncMacaronClient(_BaseClient):
         from macaron.sdk.resources.completions import AsyncCompletions
 
         return AsyncCompletions(self)
+
+    @cached_property
+    def sessions(self) -> AsyncSessions:
+        """The end of a conversation kept under a session id (`end`)."""
+        from macaron.sdk.resources.sessions import AsyncSessions
+
+        return AsyncSessions(self)
 
     @property
     def _channel(self) -> grpc.aio.Channel:

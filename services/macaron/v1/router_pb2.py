@@ -25,19 +25,23 @@ _sym_db = _symbol_database.Default()
 from macaron.v1 import common_pb2 as macaron_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17macaron/v1/router.proto\x12\nmacaron.v1\x1a\x17macaron/v1/common.proto\"?\n\x0f\x43lassifyRequest\x12,\n\x07request\x18\x01 \x01(\x0b\x32\x1b.macaron.v1.GenerateRequest\"\\\n\x15SpecialistProbability\x12.\n\nspecialist\x18\x01 \x01(\x0e\x32\x1a.macaron.v1.SpecialistKind\x12\x13\n\x0bprobability\x18\x02 \x01(\x01\"\x8b\x01\n\x10\x43lassifyResponse\x12(\n\x05route\x18\x01 \x01(\x0b\x32\x19.macaron.v1.RouteDecision\x12\x38\n\rprobabilities\x18\x02 \x03(\x0b\x32!.macaron.v1.SpecialistProbability\x12\x13\n\x0b\x64\x65\x63ision_ms\x18\x03 \x01(\x01\x32\x95\x01\n\x06Router\x12\x44\n\x08Generate\x12\x1b.macaron.v1.GenerateRequest\x1a\x19.macaron.v1.GenerateChunk0\x01\x12\x45\n\x08\x43lassify\x12\x1b.macaron.v1.ClassifyRequest\x1a\x1c.macaron.v1.ClassifyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17macaron/v1/router.proto\x12\nmacaron.v1\x1a\x17macaron/v1/common.proto\"\'\n\x11\x45ndSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"#\n\x12\x45ndSessionResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\"?\n\x0f\x43lassifyRequest\x12,\n\x07request\x18\x01 \x01(\x0b\x32\x1b.macaron.v1.GenerateRequest\"\\\n\x15SpecialistProbability\x12.\n\nspecialist\x18\x01 \x01(\x0e\x32\x1a.macaron.v1.SpecialistKind\x12\x13\n\x0bprobability\x18\x02 \x01(\x01\"\x8b\x01\n\x10\x43lassifyResponse\x12(\n\x05route\x18\x01 \x01(\x0b\x32\x19.macaron.v1.RouteDecision\x12\x38\n\rprobabilities\x18\x02 \x03(\x0b\x32!.macaron.v1.SpecialistProbability\x12\x13\n\x0b\x64\x65\x63ision_ms\x18\x03 \x01(\x01\x32\xe2\x01\n\x06Router\x12\x44\n\x08Generate\x12\x1b.macaron.v1.GenerateRequest\x1a\x19.macaron.v1.GenerateChunk0\x01\x12\x45\n\x08\x43lassify\x12\x1b.macaron.v1.ClassifyRequest\x1a\x1c.macaron.v1.ClassifyResponse\x12K\n\nEndSession\x12\x1d.macaron.v1.EndSessionRequest\x1a\x1e.macaron.v1.EndSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'macaron.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CLASSIFYREQUEST']._serialized_start=64
-  _globals['_CLASSIFYREQUEST']._serialized_end=127
-  _globals['_SPECIALISTPROBABILITY']._serialized_start=129
-  _globals['_SPECIALISTPROBABILITY']._serialized_end=221
-  _globals['_CLASSIFYRESPONSE']._serialized_start=224
-  _globals['_CLASSIFYRESPONSE']._serialized_end=363
-  _globals['_ROUTER']._serialized_start=366
-  _globals['_ROUTER']._serialized_end=515
+  _globals['_ENDSESSIONREQUEST']._serialized_start=64
+  _globals['_ENDSESSIONREQUEST']._serialized_end=103
+  _globals['_ENDSESSIONRESPONSE']._serialized_start=105
+  _globals['_ENDSESSIONRESPONSE']._serialized_end=140
+  _globals['_CLASSIFYREQUEST']._serialized_start=142
+  _globals['_CLASSIFYREQUEST']._serialized_end=205
+  _globals['_SPECIALISTPROBABILITY']._serialized_start=207
+  _globals['_SPECIALISTPROBABILITY']._serialized_end=299
+  _globals['_CLASSIFYRESPONSE']._serialized_start=302
+  _globals['_CLASSIFYRESPONSE']._serialized_end=441
+  _globals['_ROUTER']._serialized_start=444
+  _globals['_ROUTER']._serialized_end=670
 # @@protoc_insertion_point(module_scope)

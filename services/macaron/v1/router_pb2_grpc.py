@@ -46,6 +46,11 @@ class RouterStub:
                 request_serializer=macaron_dot_v1_dot_router__pb2.ClassifyRequest.SerializeToString,
                 response_deserializer=macaron_dot_v1_dot_router__pb2.ClassifyResponse.FromString,
                 _registered_method=True)
+        self.EndSession = channel.unary_unary(
+                '/macaron.v1.Router/EndSession',
+                request_serializer=macaron_dot_v1_dot_router__pb2.EndSessionRequest.SerializeToString,
+                response_deserializer=macaron_dot_v1_dot_router__pb2.EndSessionResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -68,6 +73,16 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndSession(self, request, context):
+        """Ends a conversation the caller keeps under a session id: the router forgets the session (its
+        specialist, adapter version and replica) and stops counting it as live on its replica at once, in
+        every router, instead of after its idle expiry. The next turn with the same id starts afresh.
+        Sessions are per API key: a key ends only its own. INVALID_ARGUMENT for an empty or too long id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -80,6 +95,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Classify,
                     request_deserializer=macaron_dot_v1_dot_router__pb2.ClassifyRequest.FromString,
                     response_serializer=macaron_dot_v1_dot_router__pb2.ClassifyResponse.SerializeToString,
+            ),
+            'EndSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndSession,
+                    request_deserializer=macaron_dot_v1_dot_router__pb2.EndSessionRequest.FromString,
+                    response_serializer=macaron_dot_v1_dot_router__pb2.EndSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -137,6 +157,33 @@ class Router:
             '/macaron.v1.Router/Classify',
             macaron_dot_v1_dot_router__pb2.ClassifyRequest.SerializeToString,
             macaron_dot_v1_dot_router__pb2.ClassifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/macaron.v1.Router/EndSession',
+            macaron_dot_v1_dot_router__pb2.EndSessionRequest.SerializeToString,
+            macaron_dot_v1_dot_router__pb2.EndSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

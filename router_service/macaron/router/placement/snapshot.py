@@ -421,6 +421,19 @@ class SnapshotReader:
             self._placed.popleft()
         return self.publish_sessions()
 
+    def end_session(self, session: str) -> Awaitable[None] | None:
+        """A session ended (its client said so): it stops counting at once where this router counted it, instead of
+        one to two windows after its last turn; the returned write tells the other routers. None: this router did
+        not count it (another router did, or it is gone already)."""
+        last = self._live.pop(session, None)
+        if last is None:
+            return None
+        counts = self._own.get(last[0])
+        if counts is None or counts.get(last[1], 0) <= 0:
+            return None
+        counts[last[1]] -= 1
+        return self.publish_sessions()
+
     def own_sessions(self, now: int) -> Counter[str]:
         """Sessions this router placed per replica in the spread windows a read at `now` (ms clock) counts."""
         window = spread_window(now, self.spread_window_s)
