@@ -123,8 +123,13 @@ def test_form_cues_read_length_shortness_pointing_back_and_a_question() -> None:
     short = followup.form_cues("why is that?")
     long = followup.form_cues("Set an alarm for 6:30 tomorrow morning and remind me to call the dentist.")
     assert dict(zip(followup.CUES, short.tolist())) == pytest.approx(
-        {"log_words": np.log(4.0), "short": 1 - 3 / 8, "points_back": 0.5 * (1 - 3 / 25), "question": 1.0})
+        {"log_words": np.log(4.0), "short": 1 - 3 / 8, "points_back": 0.5 * (1 - 3 / 25), "question": 1.0,
+         "function_words": 1.0 * (1 - 3 / 25)})  # why, is, that: all function words
     assert long[0] > short[0] and long[1] == 0.0 and long[2] == 0.0 and long[3] == 0.0
+    # a request names its task (alarm, tomorrow, remind, dentist, ...): under half function words, and long
+    assert long[4] < 0.5 * short[4]
+    assert followup.function_words("so what should I do?") > followup.function_words("set an alarm") > 0
+    assert followup.function_words("") == 0.0
 
 
 def test_fit_learns_the_form_of_a_follow_up_beyond_its_words(fast_classifier) -> None:

@@ -29,10 +29,12 @@ written before them loads with zero cue weights and decides as it did.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from macaron.router.classifier.features import analyze
 from macaron.router.classifier.turns import refers_back, shortness
@@ -43,15 +45,30 @@ from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVecto
 FOLLOWUP_KINDS = ("stay",)
 REQUEST_KINDS = ("continue", "switch")
 # The dense form cues, in the order of `form_cues` and of `FollowupModel.cue_weights`.
-CUES = ("log_words", "short", "points_back", "question")
+CUES = ("log_words", "short", "points_back", "question", "function_words")
 DEFAULT_CUE_SCALE = 3.0
+_WORD = re.compile(r"[a-z][a-z']*")
+
+
+def function_words(text: str) -> float:
+    """How much of a turn is function words (scikit-learn's English stop-word list), fading out by 25 words as
+    turns.refers_back does: "so what should I do?" names nothing of its own (0.8), "set an alarm" does (0.3).
+    Why: "what do you mean?" has no referring word and reads `chat` on TF-IDF, yet it only makes sense as a
+    reply to the turn before."""
+    words = _WORD.findall(text.lower())
+    if not words:
+        return 0.0
+    share = sum(w in ENGLISH_STOP_WORDS or w.replace("'", "") in ENGLISH_STOP_WORDS for w in words) / len(words)
+    return share * max(0.0, 1.0 - len(words) / 25.0)
 
 
 def form_cues(text: str) -> np.ndarray:
     """The form of a turn, whatever its words: log(1 + words), shortness (1 for an empty turn, 0 from
-    turns.SHORT_TURN_WORDS words), pointing back (turns.refers_back) and a final question mark."""
+    turns.SHORT_TURN_WORDS words), pointing back (turns.refers_back), a final question mark, and how much of
+    it is function words (`function_words`)."""
     words = len(text.split())
-    return np.array([math.log1p(words), shortness(words), refers_back(text), float(text.rstrip().endswith("?"))])
+    return np.array([math.log1p(words), shortness(words), refers_back(text), float(text.rstrip().endswith("?")),
+                     function_words(text)])
 
 
 def form_cue_matrix(texts: Sequence[str]) -> np.ndarray:

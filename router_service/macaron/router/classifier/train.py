@@ -99,7 +99,8 @@ class TrainConfig:
     # but the classifier only +0.1 point, and English MiniLM pieces pull non-English text to `code`; `--static-dims 64`.
     static_dims: int = 0
     static_scale: float = 1.0
-    # The follow-up model's dense form cues (followup.form_cues: length, shortness, pointing back, a final "?")
+    # The follow-up model's dense form cues (followup.form_cues: length, shortness, pointing back, a final "?",
+    # the share of function words)
     # are multiplied by this while fitting, so the L2-regularised regression uses them beside the TF-IDF
     # columns (whose values are small after the per-block L2 norm); 0 leaves them out.
     followup_cue_scale: float = 3.0
