@@ -16,6 +16,7 @@ import contextlib
 import logging
 from typing import Callable
 
+from macaron.lifecycle.tasks import stop_task
 from macaron.store import Store, StoreUnavailableError, Subscription
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,7 @@ class SessionEndFollower:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task}, timeout=2.0)
+        await stop_task(task)
 
     async def _follow(self, first: Subscription | None) -> None:
         warned = False

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
+from macaron.lifecycle.tasks import stop_task
 from macaron.lifecycle.versions import SpecialistState
 from macaron.store import Store, StoreUnavailableError, Subscription
 
@@ -137,9 +138,7 @@ class StateFollower:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task}, timeout=2.0)
+        await stop_task(task)
 
     async def resync(self) -> None:
         """Reads every state, then writes this router's beat (its acknowledgement of what it read)."""
