@@ -48,7 +48,8 @@ stopped after it (two meshed instances keep most of a core busy even when idle).
    prefix_affinity turns, those where the router predicted more cached tokens than the engine
    reported. Each run's cached-token ceiling (`cached_ceiling`: the most any router could serve from
    cache on its requests, see `cached_ceiling()`) is printed with every arm's share of it, and
-   `ceiling_over_smg` / `two_replica_ceiling_over_smg` say how far over smg any router could get.
+   `ceiling_over_smg` / `two_replica_ceiling_over_smg` say how far over smg any router could get, and
+   `ceiling_over_rr` how far over round robin (under 2: the 2x target is out of reach on that shape).
 
 Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
@@ -1151,6 +1152,10 @@ async def measure_placement(args: argparse.Namespace, stack: Stack, senders: Sen
     out["affinity_cached_tokens_over_rr"] = ratio_of(aff, "ours round_robin")
     out["affinity_ttft_over_rr"] = ratio_of(aff, "ours round_robin", "ttft_median_ms")
     out["cached_ceiling_median"] = statistics.median(r.ceiling for rs in runs.values() for r in rs)
+    # the best any router could do over round robin on these requests: where this is under 2, the 2x target is
+    # out of reach on this shape whatever the router does (round robin already finds the shared heads cached)
+    rr_median = median_of("ours round_robin", "cached_median")
+    out["ceiling_over_rr"] = ratio(out["cached_ceiling_median"], rr_median) if rr_median is not None else None
     out["cached_tokens_over_smg"] = ratio_of(aff, one_smg)
     out["two_replica_cached_tokens_over_smg"] = ratio_of("ours prefix_affinity x2", two_smg)
     if stack.smg:
