@@ -57,9 +57,27 @@ SCRIPT = textwrap.dedent(
     hits = clf.embedder.cache_hits
     again = clf.embedder.encode_batched(["a new turn about invoices", *reversed(texts)])
     cached_same = all(float(np.dot(a, b)) > 0.999 for a, b in zip(reversed(direct), again[1:]))
+    cache_hit_count, calls_after = clf.embedder.cache_hits - hits, clf.embedder.batches - before
+    # Vague follow-ups in a conversation, with the encoder loaded: the follow-up model reads the turn's embedding
+    # (the TF-IDF one read "what do you mean?" as a new chat question, and the sessions left for chat).
+    histories = {
+        "code": ("Write a Python function that merges two sorted lists", "def merge(a, b): ..."),
+        "agent": ("Set an alarm for 6:30 tomorrow and text my wife that I'll be late", "Alarm set for 6:30."),
+        "ui": ("Build a landing page for my bakery with a hero section and a menu grid", "<section class=hero>...</section>"),
+    }
+    vague = {}
+    for session, (user, answer) in histories.items():
+        for turn in ("what do you mean?", "so what should I do?"):
+            messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer},
+                        {"role": "user", "content": turn}]
+            vague[f"{session}: {turn}"] = clf.classify(messages=messages, session=session).specialist
+    messages = [{"role": "user", "content": histories["code"][0]}, {"role": "assistant", "content": "def merge..."},
+                {"role": "user", "content": "Remind me to call the dentist at 3pm on Friday"}]
+    switch = clf.classify(messages=messages, session="code").specialist
     print(json.dumps({"escalated": decision.escalated, "dev": result, "batched_same": same,
+                      "vague": vague, "switch": switch,
                       "encoder_calls": calls, "requests": len(texts), "cached_same": cached_same,
-                      "cache_hits": clf.embedder.cache_hits - hits, "calls_after": clf.embedder.batches - before}))
+                      "cache_hits": cache_hit_count, "calls_after": calls_after}))
     """
 )
 
@@ -89,3 +107,6 @@ def test_artifact_and_embedder_load_offline(routing_data_dir, capsys) -> None:
     assert 1 <= out["encoder_calls"] < out["requests"], out
     assert out["cached_same"] and out["cache_hits"] == out["requests"], out
     assert out["calls_after"] == out["encoder_calls"] + 1, out  # only the new turn was encoded
+    moved = {turn: got for turn, got in out["vague"].items() if got != turn.split(":")[0]}
+    assert not moved, f"vague follow-ups left their session: {moved}"
+    assert out["switch"] == "agent", out["switch"]

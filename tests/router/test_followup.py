@@ -170,3 +170,95 @@ def test_artifact_with_an_unknown_form_cue_is_a_clear_error(fast_classifier) -> 
     payload["followup"] = {**payload["followup"], "cues": ["from_the_future"], "cue_weights": np.ones(1)}
     with pytest.raises(ArtifactError, match="from_the_future"):
         Artifact.from_payload(payload)
+
+
+def _embedding_input(texts: list[str], max_words: int = 6) -> followup.EmbeddingInput:
+    """A made-up 2-d embedding: the first axis says "follow-up", the second "request" (what the encoder's
+    geometry gives the real model)."""
+    vectors = {t: np.array([1.0, 0.0]) if t in FOLLOW_UPS or t == "what do you mean?" else np.array([0.0, 1.0])
+               for t in followup.short_texts(texts, max_words)}
+    return followup.EmbeddingInput(vectors=vectors, max_words=max_words, dims=2, scale=2.0)
+
+
+def test_fit_with_embeddings_reads_them_for_short_turns_only(fast_classifier) -> None:
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts = FOLLOW_UPS + REQUESTS
+    labels = np.array([1] * 4 + [0] * 4)
+    model = followup.fit(vectorizer, texts, labels, embedding=_embedding_input(texts + ["what do you mean?"]))
+    assert model.embedding_weights is not None and model.max_embedded_words == 6
+    assert model.embedding_weights[0] > model.embedding_weights[1]  # the "follow-up" direction raises it
+    idx, val = fast_classifier.artifact.fast.featurizer.transform("what do you mean?")
+    without = model.probability_of(idx, val, "what do you mean?")
+    with_embedding = model.probability_of(idx, val, "what do you mean?", np.array([1.0, 0.0]))
+    assert with_embedding > without
+    # A turn longer than max_embedded_words reads no embedding, whatever is passed (as in training).
+    long_turn = REQUESTS[0]
+    assert not model.wants_embedding(long_turn)
+    idx, val = fast_classifier.artifact.fast.featurizer.transform(long_turn)
+    assert model.probability_of(idx, val, long_turn, np.array([1.0, 0.0])) == model.probability_of(idx, val, long_turn)
+    # The batch path (training) and the one-text path (serving) agree.
+    embedding_of = {"why?": np.array([1.0, 0.0])}
+    batch = model.probabilities(vectorizer, ["why?", long_turn], embedding_of)
+    one = [model.probability_of(*fast_classifier.artifact.fast.featurizer.transform(t), t, embedding_of.get(t))
+           for t in ("why?", long_turn)]
+    np.testing.assert_allclose(batch, one, atol=1e-6)
+
+
+def test_embedding_follow_up_model_survives_the_artifact_round_trip(fast_classifier) -> None:
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts = FOLLOW_UPS + REQUESTS
+    model = followup.fit(vectorizer, texts, np.array([1] * 4 + [0] * 4), embedding=_embedding_input(texts))
+    artifact = Artifact.from_payload(fast_classifier.artifact.to_payload())
+    artifact.followup_embedded = model
+    loaded = Artifact.from_payload(artifact.to_payload())
+    assert loaded.followup_embedded is not None and loaded.followup_embedded.max_embedded_words == 6
+    np.testing.assert_allclose(loaded.followup_embedded.embedding_weights, model.embedding_weights)
+    np.testing.assert_allclose(loaded.followup_embedded.cue_weights, model.cue_weights)
+    # Written without it (every artifact before this model): the TF-IDF follow-up model alone, as before.
+    payload = fast_classifier.artifact.to_payload()
+    payload.pop("followup_embedded", None)
+    assert Artifact.from_payload(payload).followup_embedded is None
+
+
+def test_without_the_encoder_the_tfidf_follow_up_model_answers(fast_classifier) -> None:
+    """Escalation off (or an encoder not ready, or escalate=False) never waits for an embedding: the TF-IDF model
+    answers a short turn; a turn too long for the embedding model is read by it without one, as it was trained."""
+    from macaron.router.classifier import ClassifierSettings
+
+    artifact = Artifact.from_payload(fast_classifier.artifact.to_payload())
+    vectorizer = artifact.fast.vectorizer
+    texts = FOLLOW_UPS + REQUESTS
+    artifact.followup_embedded = followup.fit(vectorizer, texts, np.array([1] * 4 + [0] * 4),
+                                              embedding=_embedding_input(texts))
+    classifier = SpecialistClassifier(artifact, ClassifierSettings(escalation=False))
+    conversation = classifier.conversation(messages=[{"role": "user", "content": REQUESTS[0]},
+                                                     {"role": "assistant", "content": "def merge(a, b): ..."},
+                                                     {"role": "user", "content": "why?"}])
+    assert classifier._embedded_followup(conversation) is None
+    idx, val = artifact.fast.featurizer.transform("why?")
+    assert classifier._followup(idx, val, "why?") == artifact.followup.probability_of(idx, val, "why?")
+    long_turn = REQUESTS[0]
+    idx, val = artifact.fast.featurizer.transform(long_turn)
+    assert classifier._followup(idx, val, long_turn) == artifact.followup_embedded.probability_of(idx, val, long_turn)
+    decision = classifier.classify(messages=[{"role": "user", "content": REQUESTS[0]}, {"role": "user", "content": "why?"}],
+                                   session="code")
+    assert decision.specialist == "code" and not decision.escalated
+
+
+def test_a_sure_decision_asks_no_embedding(fast_classifier) -> None:
+    """`followup_embedding_below`: the embedding is read only where the decision without it is less sure than the
+    setting (0: never); a sure decision costs no encoder call."""
+    from macaron.router.classifier import ClassifierSettings
+
+    asked: list[str] = []
+    messages = [{"role": "user", "content": REQUESTS[0]}, {"role": "assistant", "content": "def merge(a, b): ..."},
+                {"role": "user", "content": "why?"}]
+    for below, expect in ((0.0, 0), (1.01, 1)):
+        classifier = SpecialistClassifier(fast_classifier.artifact, ClassifierSettings(followup_embedding_below=below))
+        classifier._embedded_followup = lambda conversation: asked.append(conversation.last_text)  # returns None
+        asked.clear()
+        classifier.classify(messages=messages, session="code")
+        assert len(asked) == expect, (below, asked)
+        asked.clear()
+        classifier.classify(messages=messages, session="code", escalate=False)  # the fast path never embeds
+        assert asked == []

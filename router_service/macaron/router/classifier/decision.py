@@ -104,15 +104,38 @@ class SpecialistClassifier:
 
     def _last_and_history_fast(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None, float]:
         """The last turn's and the history's fast probabilities, and the follow-up model's probability
-        (read from the last turn's features, computed once)."""
+        (read from the last turn's features, computed once; no embedding: see `_embedded_followup`)."""
         fast = self.artifact.fast
         idx, val = fast.featurizer.transform(conversation.last_text)
         last = (fast.raw_logits(idx, val) + fast.static_logits(conversation.last_text) + fast.bias) / fast.temperature
-        followup = 0.0 if self.artifact.followup is None else self.artifact.followup.probability_of(idx, val, conversation.last_text)
+        followup = self._followup(idx, val, conversation.last_text)
         if not conversation.history:
             return softmax(last), None, followup
         mixed = sum(seg.weight * fast.raw_text_logits(seg.text) for seg in conversation.history)
         return softmax(last), softmax((mixed + fast.bias) / fast.temperature), followup
+
+    def _followup(self, idx: np.ndarray, val: np.ndarray, text: str) -> float:
+        """The follow-up model's probability without an embedding: the embedding-reading model for a turn too
+        long for it to read one (as trained), else the TF-IDF model."""
+        embedded, plain = self.artifact.followup_embedded, self.artifact.followup
+        if embedded is not None and not embedded.wants_embedding(text):
+            return embedded.probability_of(idx, val, text)
+        return 0.0 if plain is None else plain.probability_of(idx, val, text)
+
+    def _embedded_followup(self, conversation: Conversation) -> float | None:
+        """The follow-up probability read with the last turn's embedding, or None where that model does not read
+        one for this turn or the encoder is not ready (never waited for: it starts loading if it was not)."""
+        model, text = self.artifact.followup_embedded, conversation.last_text
+        if model is None or not model.wants_embedding(text) or not self.escalation_enabled:
+            return None
+        if not (self.embedder.ready or self.embedder.wait(0)):
+            return None
+        try:
+            vector = self.embedder.encode_batched([text])[0]
+        except EmbedderUnavailable:
+            return None
+        idx, val = self.artifact.fast.featurizer.transform(text)
+        return model.probability_of(idx, val, text, vector)
 
     def _last_and_history_embedded(self, conversation: Conversation) -> tuple[np.ndarray, np.ndarray | None]:
         head = self.artifact.embedding
@@ -180,6 +203,12 @@ class SpecialistClassifier:
             p_last, p_hist, followup = self._last_and_history_fast(conversation)
             inputs = self._turn_inputs(conversation, p_last, p_hist, session_index, followup)
             probs = self.artifact.turn.probabilities(inputs)
+            if escalate is not False and probs.max() < self.settings.followup_embedding_below:
+                embedded = self._embedded_followup(conversation)
+                if embedded is not None:
+                    followup = embedded
+                    inputs = self._turn_inputs(conversation, p_last, p_hist, session_index, followup)
+                    probs = self.artifact.turn.probabilities(inputs)
             if probs.max() < self.threshold and may_escalate(inputs) and self._may_escalate(escalate):
                 try:
                     e_last, e_hist = self._last_and_history_embedded(conversation)

@@ -24,13 +24,20 @@ final question mark. TF-IDF knows words, not form: "could you double-check that?
 shape, whatever its words. The cues are multiplied by `cue_scale` while fitting, so the L2 penalty of
 the regression does not drown them (their weights are stored unscaled, as `cue_weights`); an artifact
 written before them loads with zero cue weights and decides as it did.
+
+With the escalation encoder at hand, a second fit (`embedded`) also reads the sentence embedding of a
+short turn (`max_embedded_words` words or fewer; longer turns read it as zeros, as in training). TF-IDF
+only knows the words it saw: "what do you mean?" shares no word with a follow-up of the training data and
+read as a new `chat` question at 0.52, while the embedding puts it next to "what does that mean?" and
+"I still don't get it". It costs one encoder call for a short turn in a conversation; where the encoder
+is not ready (still loading, escalation off) the TF-IDF model answers, as before.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,6 +82,17 @@ def form_cue_matrix(texts: Sequence[str]) -> np.ndarray:
     return np.stack([form_cues(t) for t in texts]) if texts else np.zeros((0, len(CUES)))
 
 
+@dataclass(frozen=True)
+class EmbeddingInput:
+    """What a fit with embeddings reads: every short text's embedding (`short_texts`), the word limit, and the
+    factor they are multiplied by while fitting (as `cue_scale` for the cues)."""
+
+    vectors: Mapping[str, np.ndarray]
+    max_words: int
+    dims: int
+    scale: float = 2.0
+
+
 @dataclass
 class FollowupModel:
     """p(follow-up | last turn) = sigmoid(x · weights + cues · cue_weights + bias), x the fast model's
@@ -84,26 +102,56 @@ class FollowupModel:
     bias: float
     # (len(CUES),), on the unscaled cues; zeros for an artifact written before the cues
     cue_weights: np.ndarray = field(default_factory=lambda: np.zeros(len(CUES)))
+    # On the escalation encoder's sentence embedding of a turn of at most `max_embedded_words` words (None: the
+    # model reads no embedding); stored unscaled, like the cue weights.
+    embedding_weights: np.ndarray | None = None
+    max_embedded_words: int = 0
+
+    def wants_embedding(self, text: str) -> bool:
+        """Whether this model reads `text`'s embedding (a short turn, and a model fitted with embeddings)."""
+        return self.embedding_weights is not None and len(text.split()) <= self.max_embedded_words
 
     def probability(self, featurizer: InferenceFeaturizer, text: str) -> float:
         return self.probability_of(*featurizer.transform(text), text)
 
-    def probability_of(self, idx: np.ndarray, val: np.ndarray, text: str) -> float:
-        """From a text's fast-path features (column indices, values), shared with the fast model, and the text
-        itself (its form cues)."""
+    def probability_of(self, idx: np.ndarray, val: np.ndarray, text: str, embedding: np.ndarray | None = None) -> float:
+        """From a text's fast-path features (column indices, values), shared with the fast model, the text
+        itself (its form cues) and, for a model that `wants_embedding` of it, its sentence embedding."""
         score = self.bias + (float(val @ self.weights[idx]) if idx.size else 0.0)
         score += float(form_cues(text) @ self.cue_weights)
+        if embedding is not None and self.wants_embedding(text):
+            score += float(np.asarray(embedding, dtype=np.float64) @ self.embedding_weights)
         return float(1.0 / (1.0 + np.exp(-score)))
 
     def cue_weights_by_name(self) -> dict[str, float]:
         return {name: round(float(w), 4) for name, w in zip(CUES, self.cue_weights)}
 
-    def probabilities(self, vectorizer: TfidfVectorizer, texts: Sequence[str]) -> np.ndarray:
+    def probabilities(self, vectorizer: TfidfVectorizer, texts: Sequence[str],
+                      embedding_of: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """The batch twin of `probability_of`; `embedding_of` maps a short text to its embedding."""
         if not texts:
             return np.zeros(0)
         x = vectorizer.transform_many([analyze(t) for t in texts])
         scores = np.asarray(x @ self.weights).ravel() + form_cue_matrix(texts) @ self.cue_weights + self.bias
+        if self.embedding_weights is not None and embedding_of is not None:
+            scores = scores + embedding_matrix(texts, embedding_of, self.max_embedded_words,
+                                               len(self.embedding_weights)) @ self.embedding_weights
         return 1.0 / (1.0 + np.exp(-scores))
+
+
+def embedding_matrix(texts: Sequence[str], embedding_of: Mapping[str, np.ndarray], max_words: int,
+                     dims: int) -> np.ndarray:
+    """Each text's embedding if it has at most `max_words` words, else zeros (as the model reads it)."""
+    out = np.zeros((len(texts), dims))
+    for i, t in enumerate(texts):
+        if len(t.split()) <= max_words:
+            out[i] = embedding_of[t]
+    return out
+
+
+def short_texts(texts: Sequence[str], max_words: int) -> list[str]:
+    """The distinct texts whose embeddings a model with `max_embedded_words` = max_words reads."""
+    return sorted({t for t in texts if len(t.split()) <= max_words})
 
 
 def training_rows(kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -114,11 +162,11 @@ def training_rows(kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c: float = 1.0,
         cue_scale: float = DEFAULT_CUE_SCALE, standalone: Sequence[str] = (),
-        standalone_share: float = 0.0) -> FollowupModel:
+        standalone_share: float = 0.0, embedding: EmbeddingInput | None = None) -> FollowupModel:
     """Each distinct (text, label) counts once (the written follow-ups repeat over many lines), and the two
     classes weigh the same. `cue_scale` multiplies the form cues while fitting (0: TF-IDF alone).
     `standalone`: more full requests (negatives), together `standalone_share` of the negative class's weight;
-    a text already among `texts` keeps its label there."""
+    a text already among `texts` keeps its label there. `embedding`: also read short turns' embeddings."""
     from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
@@ -138,17 +186,26 @@ def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c
     x = vectorizer.transform_many([analyze(t) for t in distinct_texts])
     if cue_scale > 0:
         x = sparse.hstack([x, sparse.csr_matrix(cue_scale * form_cue_matrix(distinct_texts))], format="csr")
+    if embedding is not None:
+        dense = embedding_matrix(distinct_texts, embedding.vectors, embedding.max_words, embedding.dims)
+        x = sparse.hstack([x, sparse.csr_matrix(embedding.scale * dense)], format="csr")
     clf = LogisticRegression(C=c, solver="liblinear", max_iter=500, random_state=0)
     clf.fit(x, y, sample_weight=w)
     coef = clf.coef_.ravel().astype(np.float64)
     n = vectorizer.n_features
-    cue_weights = coef[n:] * cue_scale if cue_scale > 0 else np.zeros(len(CUES))
-    return FollowupModel(weights=coef[:n], bias=float(clf.intercept_[0]), cue_weights=cue_weights)
+    n_cues = len(CUES) if cue_scale > 0 else 0
+    cue_weights = coef[n:n + n_cues] * cue_scale if cue_scale > 0 else np.zeros(len(CUES))
+    model = FollowupModel(weights=coef[:n], bias=float(clf.intercept_[0]), cue_weights=cue_weights)
+    if embedding is not None:
+        model.embedding_weights = coef[n + n_cues:] * embedding.scale
+        model.max_embedded_words = embedding.max_words
+    return model
 
 
 def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequence[str], groups: np.ndarray,
                 c: float = 1.0, cue_scale: float = DEFAULT_CUE_SCALE, standalone: Sequence[str] = (),
-                standalone_groups: Sequence[str] = (), standalone_share: float = 0.0) -> np.ndarray:
+                standalone_groups: Sequence[str] = (), standalone_share: float = 0.0,
+                embedding: EmbeddingInput | None = None) -> np.ndarray:
     """Every line's probability from a model fitted without its group (source repository of the new turn),
     the group's own standalone requests left out too."""
     rows, labels = training_rows(kinds)
@@ -158,6 +215,8 @@ def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequen
         held = np.where(groups == name)[0]
         keep = groups[rows] != name
         others = [t for t, g in zip(standalone, extra_groups) if g != name]
-        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale, others, standalone_share)
-        out[held] = model.probabilities(vectorizer, [texts[i] for i in held])
+        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale, others, standalone_share,
+                    embedding)
+        out[held] = model.probabilities(vectorizer, [texts[i] for i in held],
+                                        None if embedding is None else embedding.vectors)
     return out

@@ -110,6 +110,9 @@ class Artifact:
     report: dict[str, Any]
     turn: TurnModel | None = None
     followup: FollowupModel | None = None  # p(the last turn leans on the conversation), an input of `turn`
+    # The same, also reading a short turn's embedding (followup.py); the conversation decision was fitted on its
+    # probabilities, and `followup` answers where the encoder is not ready. None: `followup` alone.
+    followup_embedded: FollowupModel | None = None
     adapter: Any = None  # encoder_tuning.Adapter after training; written beside the artifact by `save`
     adapter_path: Path | None = None  # the adapter file a loaded artifact's embedding head needs
 
@@ -133,9 +136,8 @@ class Artifact:
             "report": self.report,
             "turn": None if self.turn is None else {
                 "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64)},
-            "followup": None if self.followup is None else {
-                "weights": self.followup.weights.astype(np.float32), "bias": float(self.followup.bias),
-                "cues": list(FOLLOWUP_CUES), "cue_weights": self.followup.cue_weights.astype(np.float64)},
+            "followup": _followup_payload(self.followup),
+            "followup_embedded": _followup_payload(self.followup_embedded),
         }
         if self.embedding is not None:
             payload["embedding"] = {
@@ -192,15 +194,10 @@ class Artifact:
         turn = None
         if turn_payload:
             turn = TurnModel(theta=_turn_theta(turn_payload))
-        followup_payload = payload.get("followup")
-        followup = None
-        if followup_payload:
-            followup = FollowupModel(weights=np.asarray(followup_payload["weights"], dtype=np.float64),
-                                     bias=float(followup_payload["bias"]),
-                                     cue_weights=_cue_weights(followup_payload))
         return cls(
             turn=turn,
-            followup=followup,
+            followup=_followup_model(payload.get("followup")),
+            followup_embedded=_followup_model(payload.get("followup_embedded")),
             labels=tuple(payload["labels"]),
             fast=fast,
             embedding=embedding,
@@ -267,6 +264,29 @@ def _turn_theta(turn_payload: dict[str, Any]) -> np.ndarray:
     for j, name in enumerate(names):
         theta[:, TURN_FEATURES.index(name)] = stored[:, j]
     return theta
+
+
+def _followup_payload(model: FollowupModel | None) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    payload: dict[str, Any] = {"weights": model.weights.astype(np.float32), "bias": float(model.bias),
+                               "cues": list(FOLLOWUP_CUES), "cue_weights": model.cue_weights.astype(np.float64)}
+    if model.embedding_weights is not None:
+        payload["embedding_weights"] = model.embedding_weights.astype(np.float64)
+        payload["max_embedded_words"] = int(model.max_embedded_words)
+    return payload
+
+
+def _followup_model(payload: dict[str, Any] | None) -> FollowupModel | None:
+    """A follow-up model from its payload (an artifact written before the model, or before its embedding
+    weights, has none of them)."""
+    if not payload:
+        return None
+    embedding = payload.get("embedding_weights")
+    return FollowupModel(weights=np.asarray(payload["weights"], dtype=np.float64), bias=float(payload["bias"]),
+                         cue_weights=_cue_weights(payload),
+                         embedding_weights=None if embedding is None else np.asarray(embedding, dtype=np.float64),
+                         max_embedded_words=int(payload.get("max_embedded_words", 0)))
 
 
 def _cue_weights(followup_payload: dict[str, Any]) -> np.ndarray:

@@ -109,6 +109,13 @@ class TrainConfig:
     # sampled multi-turn turns carry the rest. The sample is redrawn with every rebuild of the multi-turn data,
     # the single-turn set is not, so the model stops moving with each rebuild (followup.py). 0: the sample alone.
     followup_standalone_share: float = 0.5
+    # With an escalation encoder, the follow-up model is fitted a second time also reading the sentence embedding
+    # of turns of at most this many words (followup.py: "what do you mean?" shares no word with the follow-ups of
+    # the data, but sits next to them in the embedding), times `followup_embedding_scale` while fitting; the
+    # conversation decision learns on that model's probabilities. 64: every turn the encoder reads whole (64
+    # tokens); a 16-word limit saved encoder calls but read follow-ups worse (classifier README). 0: off.
+    followup_embedding_words: int = 64
+    followup_embedding_scale: float = 2.0
 
 
 def example_conversation(example: Example, max_chars: int) -> Conversation:
@@ -430,13 +437,15 @@ def train(
         say(f"conversation decision on {len(multiturn_examples)} multi-turn conversations")
         # Step 6: with hold-out and escalation, the threshold is chosen on both hold-outs.
         curve = report.get("holdout", {}).get("escalation_curve") if head is not None else None
-        artifact.turn, artifact.followup, report["multiturn_holdout"], chosen = _train_turns(
+        artifact.turn, (artifact.followup, artifact.followup_embedded), report["multiturn_holdout"], chosen = _train_turns(
             multiturn_examples, texts, oof, fast, head, embed, config, repos=repos,
             fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
             curve=curve,
         )
         report["turn_weights"] = artifact.turn.weights()
         report["followup_cue_weights"] = artifact.followup.cue_weights_by_name()
+        if artifact.followup_embedded is not None:
+            report["followup_embedded_cue_weights"] = artifact.followup_embedded.cue_weights_by_name()
         if curve is not None and oof is not None and p_embed is not None:
             say(f"  escalation threshold on both hold-outs: {chosen} (single-turn alone: {threshold})")
             report["holdout"]["single_turn_threshold"] = threshold
@@ -471,12 +480,23 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     requests = [i for i, t in enumerate(texts) if len(t.split()) >= MIN_REQUEST_WORDS] if share > 0 else []
     standalone = [texts[i] for i in requests]
     standalone_groups = [str(repos[i]) for i in requests] if repos is not None else [""] * len(requests)
+    embedding = None
+    if head is not None and embed is not None and config.followup_embedding_words > 0:
+        short = followup.short_texts(last_texts + standalone, config.followup_embedding_words)
+        say(f"  follow-up model: embeddings of {len(short)} turns of at most {config.followup_embedding_words} words")
+        vectors = np.asarray(embed(short)) if short else np.zeros((0, head.weights.shape[0]))
+        embedding = followup.EmbeddingInput(vectors=dict(zip(short, vectors)), max_words=config.followup_embedding_words,
+                                            dims=head.weights.shape[0], scale=config.followup_embedding_scale)
     followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
                                      standalone=standalone, standalone_groups=standalone_groups,
-                                     standalone_share=share)
+                                     standalone_share=share, embedding=embedding)
     rows, labels = followup.training_rows(kinds)
-    followup_model = followup.fit(fast.vectorizer, [last_texts[i] for i in rows], labels, cue_scale=scale,
+    row_texts = [last_texts[i] for i in rows]
+    followup_model = followup.fit(fast.vectorizer, row_texts, labels, cue_scale=scale,
                                   standalone=standalone, standalone_share=share)
+    followup_embedded = None if embedding is None else followup.fit(
+        fast.vectorizer, row_texts, labels, cue_scale=scale, standalone=standalone, standalone_share=share,
+        embedding=embedding)
     cache: dict[tuple[str, ...], Any] = {}  # the turns' logits do not depend on the threshold
 
     def data_at(t: float) -> Any:
@@ -503,7 +523,7 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
         data = data_at(threshold)
         say("  conversation decision: hold-out by source repository of the new turn")
         report = turn_training.holdout(data)
-    return turn_training.fit(data), followup_model, report, threshold
+    return turn_training.fit(data), (followup_model, followup_embedded), report, threshold
 
 
 def turn_data(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, followups=None,
