@@ -262,3 +262,23 @@ def test_a_sure_decision_asks_no_embedding(fast_classifier) -> None:
         asked.clear()
         classifier.classify(messages=messages, session="code", escalate=False)  # the fast path never embeds
         assert asked == []
+
+
+def test_a_fast_answer_says_whether_the_encoder_could_change_it(fast_classifier) -> None:
+    """`refinable` (read by the router before asking again with the encoder): an unsure conversation turn whose
+    follow-up model reads its embedding is; a sure single request is not; a call that already used the encoder
+    never is."""
+    from macaron.router.classifier import ClassifierSettings
+
+    artifact = fast_classifier.artifact
+    assert artifact.followup_embedded is not None  # the shipped artifact reads the turn's embedding
+    classifier = SpecialistClassifier(artifact, ClassifierSettings())  # escalation on; the encoder never loaded
+    messages = [{"role": "user", "content": REQUESTS[0]}, {"role": "assistant", "content": "def merge(a, b): ..."},
+                {"role": "user", "content": "what do you mean?"}]
+    assert classifier.classify(messages=messages, session="code", escalate=False).refinable
+    sure = classifier.classify("Write a Python function that reverses a linked list in place.", escalate=False)
+    assert sure.confidence >= classifier.threshold and not sure.refinable
+    never = SpecialistClassifier(artifact, ClassifierSettings(followup_embedding_below=0.0, escalation_threshold=0.0))
+    assert not never.classify(messages=messages, session="code", escalate=False).refinable
+    off = SpecialistClassifier(artifact, ClassifierSettings(escalation=False))
+    assert not off.classify(messages=messages, session="code", escalate=False).refinable

@@ -128,6 +128,38 @@ async def test_escalation_runs_off_the_event_loop() -> None:
     await c.aclose()
 
 
+async def test_the_router_asks_again_where_the_classifier_says_the_encoder_could_change_it() -> None:
+    """`refinable` on the fast answer decides the second call, not the threshold alone: a conversation turn sure
+    enough not to escalate (0.85 > 0.8) whose follow-up model would read the turn's embedding is asked again; an
+    unsure answer the encoder cannot change (refinable False) is not."""
+
+    @dataclass
+    class Refinable(Result):
+        refinable: bool = False
+
+    class Says(Escalating):
+        def __init__(self, fast: Result) -> None:
+            super().__init__()
+            self.unsure = fast
+            self.calls = 0
+
+        def classify(self, text=None, *, messages=None, tools=None, escalate=None):
+            if escalate is not False:
+                self.calls += 1
+            return self.unsure if escalate is False else self.result
+
+    sure_but_refinable = Says(Refinable("chat", {n: (0.85 if n == "chat" else 0.05) for n in NAMES}, 0.85, True))
+    c = core(sure_but_refinable)
+    decision, _ = await c.decide(request("write a parser", "what do you mean?"))
+    assert sure_but_refinable.calls == 1 and decision.specialist == "code"
+    await c.aclose()
+    unsure_final = Says(Refinable("chat", {n: 0.25 for n in NAMES}, 0.25, False))
+    c = core(unsure_final)
+    decision, _ = await c.decide(request("something ambiguous to classify"))
+    assert unsure_final.calls == 0 and decision.specialist == "chat"
+    await c.aclose()
+
+
 async def test_a_dead_store_routes_by_the_classifier_alone() -> None:
     class Dead(MemoryStore):
         async def hgetall_many(self, keys):

@@ -43,6 +43,9 @@ class Classified:
     confidence: float
     latency_ms: float = 0.0
     session_aware: bool = False  # the classifier's answer already weighs the session's specialist
+    # A fast-path answer a call with the classifier's encoder could change (None: the classifier does not say;
+    # the router then asks again below the escalation threshold).
+    refinable: bool | None = None
 
     def p(self, name: str) -> float:
         return float(self.probabilities.get(name, 0.0))

@@ -228,8 +228,9 @@ def classified_from(result: Any) -> Classified:
     specialist = str(get("specialist", "") or (max(probs, key=probs.get) if probs else ""))
     confidence = get("confidence", None)
     confidence = float(confidence if confidence is not None else probs.get(specialist, 0.0))
+    refinable = get("refinable", None)
     return Classified(specialist, probs, confidence, float(get("latency_ms", 0.0) or 0.0),
-                      bool(get("session_aware", False)))
+                      bool(get("session_aware", False)), None if refinable is None else bool(refinable))
 
 
 def _classified_or_none(classify: Callable[[], Any]) -> Classified | None:
@@ -371,8 +372,9 @@ class RoutingCore:
                        gate: Awaitable[Any] | None = None) -> Classified | None:
         """The classifier's answer on the conversation; None when there is none or it fails.
 
-        The fast path runs inline (well under a millisecond); when it is unsure and the classifier
-        escalates to its embedding model (tens of milliseconds of CPU), that call runs in a worker
+        The fast path runs inline (well under a millisecond); when its answer could change with the
+        classifier's embedding model (tens of milliseconds of CPU: an unsure request escalates, an unsure
+        conversation turn's follow-up model reads the turn's embedding), that call runs in a worker
         thread, so the event loop keeps serving other requests and their store calls meanwhile.
         `gate` (the caller's limit check) is awaited before escalating: an over-limit caller costs at most
         the fast path.
@@ -392,7 +394,11 @@ class RoutingCore:
         escalating = getattr(c, "escalation_enabled", False)
         first = _classified_or_none(lambda: c.classify(messages=messages, tools=tools, escalate=False, **extra)
                                     if escalating else c.classify(messages=messages, tools=tools, **extra))
-        if not escalating or first is None or first.confidence >= getattr(c, "threshold", 0.0):
+        # Asked again with the encoder only where that could change the answer (`refinable`: unsure enough to
+        # escalate, or a conversation turn whose follow-up model reads the turn's embedding).
+        refinable = first.refinable if first is not None and first.refinable is not None else (
+            first is not None and first.confidence < getattr(c, "threshold", 0.0))
+        if not escalating or not refinable:
             return first
         if gate is not None:  # its error (over the limit) is the caller's, not a classifier failure
             await _passed(gate)

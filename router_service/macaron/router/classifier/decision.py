@@ -42,6 +42,9 @@ class RouteDecision:
     escalated: bool
     latency_ms: float
     session_aware: bool = False  # the session's specialist was weighed (the router adds no threshold)
+    # A fast-path answer (escalate=False) that a call with the encoder could change: unsure enough to escalate,
+    # or a conversation turn whose follow-up model would read its embedding (`followup_embedding_below`).
+    refinable: bool = False
 
 
 class SpecialistClassifier:
@@ -192,7 +195,8 @@ class SpecialistClassifier:
         start = time.perf_counter()
         conversation = self.conversation(text, messages=messages, tools=tools)
         session_index = self._session_index(session)
-        escalated = False
+        escalated = refinable = False
+        fast_only = escalate is False and self.escalation_enabled  # a later call with the encoder may differ
         if session_index is not None and conversation.tool_loop_open:
             probs = np.zeros(len(self.labels))
             probs[session_index] = 1.0
@@ -203,7 +207,11 @@ class SpecialistClassifier:
             p_last, p_hist, followup = self._last_and_history_fast(conversation)
             inputs = self._turn_inputs(conversation, p_last, p_hist, session_index, followup)
             probs = self.artifact.turn.probabilities(inputs)
-            if escalate is not False and probs.max() < self.settings.followup_embedding_below:
+            embeds_followup = probs.max() < self.settings.followup_embedding_below and (
+                self.artifact.followup_embedded is not None
+                and self.artifact.followup_embedded.wants_embedding(conversation.last_text))
+            refinable = fast_only and (embeds_followup or (probs.max() < self.threshold and may_escalate(inputs)))
+            if escalate is not False and embeds_followup:
                 embedded = self._embedded_followup(conversation)
                 if embedded is not None:
                     followup = embedded
@@ -223,6 +231,7 @@ class SpecialistClassifier:
                     escalated = True
         else:
             probs = self.fast_probabilities(conversation)
+            refinable = fast_only and probs.max() < self.threshold
             if probs.max() < self.threshold and self._may_escalate(escalate):
                 try:
                     p_embed = self.embedding_probabilities(conversation)
@@ -241,6 +250,7 @@ class SpecialistClassifier:
             escalated=escalated,
             latency_ms=(time.perf_counter() - start) * 1000.0,
             session_aware=session_index is not None and (self.artifact.turn is not None or conversation.tool_loop_open),
+            refinable=refinable,
         )
 
     def _session_index(self, session: Any) -> int | None:
