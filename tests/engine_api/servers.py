@@ -7,6 +7,7 @@ its own session so teardown can end it and its children without touching anythin
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,8 +23,29 @@ STARTUP_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now (on 127.0.0.1)."""
+    """A TCP port nobody listens on right now (on 127.0.0.1), below the ephemeral range: a server started on it
+    binds seconds later (after loading its model), and a port the kernel hands out for port 0 can meanwhile
+    become the source port of any outgoing connection (Redis, HTTP clients), which failed a whole stack with
+    "address already in use". A random pick below that range is only taken by another listener."""
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    for _ in range(50):
+        port = rng.randrange(20000, low) if low > 21000 else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
