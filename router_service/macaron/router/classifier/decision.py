@@ -134,7 +134,7 @@ class SpecialistClassifier:
         if not (self.embedder.ready or self.embedder.wait(0)):
             return None
         try:
-            vector = self.embedder.encode_batched([text])[0]
+            vector = self.embedder.encode_batched([text], self.settings.embed_timeout_s)[0]
         except EmbedderUnavailable:
             return None
         idx, val = self.artifact.fast.featurizer.transform(text)
@@ -144,7 +144,7 @@ class SpecialistClassifier:
         head = self.artifact.embedding
         assert head is not None
         texts = [conversation.last_text] + [seg.text for seg in conversation.history]
-        logits = head.logits(self.embedder.encode_batched(texts))
+        logits = head.logits(self.embedder.encode_batched(texts, self.settings.embed_timeout_s))
         if not conversation.history:
             return softmax(logits[0]), None
         weights = np.array([seg.weight for seg in conversation.history])
@@ -166,7 +166,7 @@ class SpecialistClassifier:
     def embedding_probabilities(self, conversation: Conversation) -> np.ndarray:
         head = self.artifact.embedding
         assert head is not None
-        vectors = self.embedder.encode_batched([seg.text for seg in conversation.segments])
+        vectors = self.embedder.encode_batched([seg.text for seg in conversation.segments], self.settings.embed_timeout_s)
         mixed = mix_embeddings(vectors, [seg.weight for seg in conversation.segments])
         return softmax(head.logits(mixed))
 

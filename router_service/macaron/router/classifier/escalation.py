@@ -22,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,11 @@ FORWARD_CHUNK = 8
 
 class EmbedderUnavailable(RuntimeError):
     """The embedding model cannot be loaded here (package missing or broken)."""
+
+
+class EmbedderBusy(EmbedderUnavailable):
+    """The encoder did not answer within the caller's deadline (its queue is long: overload). The request is
+    taken out of the queue if it has not started; the caller keeps its fast answer."""
 
 
 class Embedder:
@@ -138,7 +143,11 @@ class Embedder:
             future: Future = Future()
             self._queue.put((missing, future))
             self._ensure_worker()
-            vectors = future.result(timeout)
+            try:
+                vectors = future.result(timeout)
+            except FutureTimeout:
+                future.cancel()  # not encoded if the worker has not taken it yet
+                raise EmbedderBusy(f"no embedding within {timeout} s (the encoder's queue is long)") from None
             found.update(zip(missing, vectors))
             if self.cache_size > 0:
                 with self._cache_lock:
@@ -160,8 +169,11 @@ class Embedder:
 
     def _batch_loop(self) -> None:
         while True:
-            pending = [self._queue.get()]
-            size = len(pending[0][0])
+            first = self._queue.get()
+            if not first[1].set_running_or_notify_cancel():
+                continue  # its caller gave up waiting (EmbedderBusy)
+            pending = [first]
+            size = len(first[0])
             deadline = time.monotonic() + self.window_s
             while size < self.max_batch:
                 left = deadline - time.monotonic()
@@ -171,6 +183,8 @@ class Embedder:
                     item = self._queue.get(timeout=left)
                 except queue.Empty:
                     break
+                if not item[1].set_running_or_notify_cancel():
+                    continue
                 pending.append(item)
                 size += len(item[0])
             texts = [t for item, _ in pending for t in item]

@@ -81,6 +81,13 @@ class ClassifierSettings(BaseModel):
         "worker waits this long for others and encodes them all in one call (more throughput under "
         "concurrency, at most this much added latency).",
     )
+    embed_timeout_s: float = Field(
+        2.0,
+        gt=0.0,
+        description="Longest an escalation (or a conversation turn's follow-up embedding) waits for the encoder, "
+        "queue included; past it the request keeps the fast path's answer (escalated=false) and leaves the queue "
+        "if it was not encoded yet, so overload sheds the optional work instead of piling up behind it.",
+    )
     embed_max_batch: int = Field(
         64, ge=1, description="Most texts in one micro-batched encoder call."
     )
