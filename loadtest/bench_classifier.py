@@ -10,7 +10,9 @@ the full run re-trains every fold. Latency: per decision on this thread, pinned 
 with torch on one thread; the embedding model is loaded before timing. Multi-turn:
 multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
 session's specialist; `multiturn_switch_confident` is the switches whose new turn alone the fast path
-gives its specialist at least 0.8 (the issue's "last turn confidently another domain"). Concurrency: N threads each classify dev requests with every request
+gives its specialist at least 0.8 (the issue's "last turn confidently another domain");
+`multiturn_decision_p50_ms` / `_p99_ms` time those decisions as served (escalations and the follow-up model's turn
+embeddings included, the encoder cache cleared first). Concurrency: N threads each classify dev requests with every request
 escalated (threshold 1), so the figure is the embedding path's throughput, micro-batched as in
 production, next to the same load with batching off (one encoder call per request, as the old
 lock did). Human-readable lines go to stderr; the last line on stdout is one JSON object.
@@ -110,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
 
     multiturn_path = data_dir / "multiturn_dev.jsonl"
     multiturn: dict = {}
+    multiturn_ms: dict = {}
     if multiturn_path.is_file():
+        if classifier.escalation_enabled:
+            classifier.embedder.clear_cache()  # a new turn is never cached in production
         mt = evaluate(classifier, load_jsonl(multiturn_path))
         multiturn = mt["multiturn"]
-        log(f"multi-turn dev: {multiturn} (fast path {mt['multiturn_fast']}), escalation {mt['escalation_rate']}")
+        multiturn_ms = {"p50": mt["latency_p50_ms"]["all"], "p99": mt["latency_p99_ms"]["all"]}
+        log(f"multi-turn dev: {multiturn} (fast path {mt['multiturn_fast']}), escalation {mt['escalation_rate']}, "
+            f"decision p50 / p99 {multiturn_ms['p50']} / {multiturn_ms['p99']} ms")
 
     from macaron.router.classifier.decision import SpecialistClassifier as Clf
 
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         "multiturn_switch_confident": multiturn.get("switch_confident"),
         "multiturn_tool_loop": multiturn.get("tool_loop"),
         "multiturn_tool_loop_switches": multiturn.get("tool_loop_switches"),
+        "multiturn_decision_p50_ms": multiturn_ms.get("p50"),  # with escalations and follow-up embeddings
+        "multiturn_decision_p99_ms": multiturn_ms.get("p99"),
         "multiturn_holdout": classifier.artifact.report.get("multiturn_holdout", {}).get("pooled"),
         "decisions_per_s_1_concurrent": concurrency.get("batched_1"),
         "decisions_per_s_8_concurrent": concurrency.get("batched_8"),

@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     texts = [e.text for e in load_jsonl(sys.argv[1])[:8]]
     direct = [clf.embedder.encode([t])[0] for t in texts]
-    clf.embedder._cache.clear()  # the evaluation above cached some of them
+    clf.embedder.clear_cache()  # the evaluation above cached some of them
     before = clf.embedder.batches
     clf.embedder.window_s = 0.05
     got = [None] * len(texts)

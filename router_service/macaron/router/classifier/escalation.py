@@ -127,6 +127,11 @@ class Embedder:
             )
         return np.asarray(vectors, dtype=np.float32)
 
+    def clear_cache(self) -> None:
+        """Forgets every cached embedding (benchmarks time new turns, which are never cached)."""
+        with self._cache_lock:
+            self._cache.clear()
+
     def encode_batched(self, texts: Sequence[str], timeout: float | None = 30.0) -> np.ndarray:
         """Like `encode`, but shares one encoder call with the escalations arriving meanwhile; texts seen
         lately come from the cache."""
