@@ -25,12 +25,13 @@ shape, whatever its words. The cues are multiplied by `cue_scale` while fitting,
 the regression does not drown them (their weights are stored unscaled, as `cue_weights`); an artifact
 written before them loads with zero cue weights and decides as it did.
 
-With the escalation encoder at hand, a second fit (`embedded`) also reads the sentence embedding of a
-short turn (`max_embedded_words` words or fewer; longer turns read it as zeros, as in training). TF-IDF
-only knows the words it saw: "what do you mean?" shares no word with a follow-up of the training data and
-read as a new `chat` question at 0.52, while the embedding puts it next to "what does that mean?" and
-"I still don't get it". It costs one encoder call for a short turn in a conversation; where the encoder
-is not ready (still loading, escalation off) the TF-IDF model answers, as before.
+With the escalation encoder at hand, a second fit (`embedded`) also reads the sentence embedding of the
+turn (`max_embedded_words` words or fewer, 64 as trained; longer turns read it as zeros, as in training).
+TF-IDF only knows the words it saw: "what do you mean?" shares no word with a follow-up of the training
+data and got 0.48 as a follow-up, while the embedding puts it next to "what does that mean?" and "I still
+don't get it". Serving, it costs one encoder call where the decision without it is unsure
+(`ClassifierSettings.followup_embedding_below`); where the encoder is not ready (still loading, escalation
+off, over its deadline) the TF-IDF model answers, as before.
 """
 
 from __future__ import annotations
