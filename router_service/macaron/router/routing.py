@@ -394,11 +394,13 @@ class RoutingCore:
         escalating = getattr(c, "escalation_enabled", False)
         first = _classified_or_none(lambda: c.classify(messages=messages, tools=tools, escalate=False, **extra)
                                     if escalating else c.classify(messages=messages, tools=tools, **extra))
+        if not escalating or first is None:
+            return first
         # Asked again with the encoder only where that could change the answer (`refinable`: unsure enough to
-        # escalate, or a conversation turn whose follow-up model reads the turn's embedding).
-        refinable = first.refinable if first is not None and first.refinable is not None else (
-            first is not None and first.confidence < getattr(c, "threshold", 0.0))
-        if not escalating or not refinable:
+        # escalate, or a conversation turn whose follow-up model reads the turn's embedding); a classifier that
+        # does not say is asked again below its threshold.
+        refinable = first.refinable if first.refinable is not None else first.confidence < getattr(c, "threshold", 0.0)
+        if not refinable:
             return first
         if gate is not None:  # its error (over the limit) is the caller's, not a classifier failure
             await _passed(gate)

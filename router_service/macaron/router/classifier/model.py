@@ -110,7 +110,7 @@ class Artifact:
     report: dict[str, Any]
     turn: TurnModel | None = None
     followup: FollowupModel | None = None  # p(the last turn leans on the conversation), an input of `turn`
-    # The same, also reading a short turn's embedding (followup.py); the conversation decision was fitted on its
+    # The same, also reading the turn's embedding (followup.py); the conversation decision was fitted on its
     # probabilities, and `followup` answers where the encoder is not ready. None: `followup` alone.
     followup_embedded: FollowupModel | None = None
     adapter: Any = None  # encoder_tuning.Adapter after training; written beside the artifact by `save`
