@@ -214,3 +214,30 @@ def test_inside_a_kind_every_specialist_weighs_the_same() -> None:
     assert by("stay", 0) == pytest.approx(by("stay", 2)) == pytest.approx(0.5)
     assert by("switch", 1) == pytest.approx(by("switch", 3)) == pytest.approx(0.5)
     assert w.sum() == pytest.approx(2.0)  # each kind weighs 1, as before
+
+
+def test_lazy_hold_out_reads_the_embedding_only_where_a_router_would() -> None:
+    """The follow-up model's embedding reading is asked for only on readable turns whose first decision
+    (TF-IDF follow-up probability) is unsure, as decision.py does; a sure first decision stands."""
+    from macaron.router.classifier.turn_training import LazyFollowup, TurnData, predict
+    from macaron.router.classifier.turns import TurnInputs
+
+    class FollowupReader:  # stays in session 0 when the turn reads as a follow-up, else leans to 1
+        def probabilities(self, inputs: TurnInputs, *, escalated: bool = False) -> np.ndarray:
+            if inputs.followup > 0.5:
+                return np.array([0.95, 0.05, 0.0, 0.0])
+            return np.array([0.02, 0.98, 0.0, 0.0]) if inputs.last_words > 10 else np.array([0.15, 0.85, 0.0, 0.0])
+
+    def data(followup: float) -> TurnData:
+        lines = [TurnInputs(p_last=np.full(4, 0.25), p_history=None, session=0, last_words=w, followup=followup)
+                 for w in (3, 3, 30)]
+        return TurnData(fast=lines, escalated=lines, y=np.array([0, 0, 1]), kinds=["stay", "stay", "switch"],
+                        groups=np.array(["a"] * 3), rule_session=[None] * 3)
+
+    embedded, first = data(0.9), data(0.1)
+    lazy = LazyFollowup(first=first, readable=np.array([True, False, True]), below=0.9)
+    pred, escalated, read = predict(FollowupReader(), embedded, [0, 1, 2], lazy=lazy)
+    assert pred.tolist() == [0, 1, 1]  # unsure and readable: embedding read; unreadable: first decision stands
+    assert read.tolist() == [True, False, False]  # the third's first decision (0.98) was sure
+    assert not escalated.any()
+    assert predict(FollowupReader(), embedded, [0, 1, 2])[2].all()  # without lazy every line reads it

@@ -490,6 +490,14 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
                                      standalone=standalone, standalone_groups=standalone_groups,
                                      standalone_share=share, embedding=embedding)
+    readable = first_followups = None
+    if embedding is not None:
+        # What a router reads first (decision.py): the TF-IDF model for turns the embedding model would read.
+        say("  follow-up model without embeddings, for the hold-out as a router decides (lazy embedding)")
+        readable = np.array([len(t.split()) <= embedding.max_words for t in last_texts])
+        plain = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
+                                     standalone=standalone, standalone_groups=standalone_groups, standalone_share=share)
+        first_followups = np.where(readable, plain, followups)
     rows, labels = followup.training_rows(kinds)
     row_texts = [last_texts[i] for i in rows]
     followup_model = followup.fit(fast.vectorizer, row_texts, labels, cue_scale=scale,
@@ -523,6 +531,12 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
         data = data_at(threshold)
         say("  conversation decision: hold-out by source repository of the new turn")
         report = turn_training.holdout(data)
+    if readable is not None:
+        first = turn_data(multiturn, texts, oof, fast, head, embed, config, fast_t=fast_t, embed_t=embed_t,
+                          threshold=threshold, alpha=alpha, followups=first_followups, logits_cache=cache)
+        lazy = turn_training.LazyFollowup(first=first, readable=readable)
+        report = {**report, "lazy_followup_embedding": {
+            "below": lazy.below, **turn_training.holdout(data, lazy=lazy)["pooled"]}}
     return turn_training.fit(data), (followup_model, followup_embedded), report, threshold
 
 

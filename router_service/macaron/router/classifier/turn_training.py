@@ -30,6 +30,9 @@ KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
 # The classifier's default switch gate (ClassifierSettings.min_switch_confidence), so hold-out figures
 # measure the decision a router makes.
 MIN_SWITCH_CONFIDENCE = ClassifierSettings.model_fields["min_switch_confidence"].default
+# The classifier's default for reading the new turn's embedding in the follow-up model
+# (ClassifierSettings.followup_embedding_below): the lazy hold-out (`LazyFollowup`) decides as a router does.
+FOLLOWUP_EMBEDDING_BELOW = ClassifierSettings.model_fields["followup_embedding_below"].default
 # A switch is "confident" when the new turn alone (the fast path, no conversation) gives its specialist at least
 # this probability: the kind the issue's goal names ("last turn confidently another domain"), where stickiness
 # must lose. `switch_confident` reports those lines apart; `switch` counts every switch, unsure turns included.
@@ -109,6 +112,18 @@ def build_turn_data(
     )
 
 
+@dataclass
+class LazyFollowup:
+    """How a router reads the follow-up model: first without the new turn's embedding (`first`: the same lines
+    with the TF-IDF follow-up probability), and with it (the TurnData the model was fitted on) only on lines
+    whose turn the embedding-reading model reads (`readable`) and whose first decision is less sure than
+    `below`. The hold-out fitted on every line's embedding would otherwise report a decision no router makes."""
+
+    first: TurnData
+    readable: np.ndarray
+    below: float = FOLLOWUP_EMBEDDING_BELOW
+
+
 def kind_label_weights(kinds: Sequence[str], y: np.ndarray) -> np.ndarray:
     """Kinds weigh the same, and inside a kind every specialist present weighs the same. Real follow-ups come from
     sources of one domain each (SGD's and BFCL's are `agent`, MT-Bench-101's `chat`), so by line counts the
@@ -138,27 +153,36 @@ def fit(data: TurnData) -> TurnModel:
 
 
 def predict(model: TurnModel, data: TurnData, rows: Sequence[int],
-            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted label indices and whether each escalated, as the classifier decides: the fast
-    stage, then the escalated stage when unsure (an open tool loop with a session stays), and a
-    session left only for a specialist at least `min_switch_confidence` likely (decision.py's gate)."""
-    out, escalated = [], []
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE,
+            lazy: LazyFollowup | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Predicted label indices, whether each escalated and whether each read the new turn's embedding in the
+    follow-up model, as the classifier decides: the fast stage (with `lazy`, first on `lazy.first`, and on `data`
+    only where unsure and readable), then the escalated stage when unsure (an open tool loop with a session
+    stays), and a session left only for a specialist at least `min_switch_confidence` likely (decision.py's gate)."""
+    out, escalated, embedded = [], [], []
     for r in rows:
         rule = data.rule_session[r]
         if rule is not None:
             out.append(rule)
             escalated.append(False)
+            embedded.append(False)
             continue
-        p = model.probabilities(data.fast[r])
-        unsure = bool(p.max() < data.threshold) and may_escalate(data.fast[r])
+        source = data if lazy is None else lazy.first
+        p = model.probabilities(source.fast[r])
+        refine = lazy is not None and bool(lazy.readable[r]) and bool(p.max() < lazy.below)
+        if refine:
+            source = data
+            p = model.probabilities(source.fast[r])
+        unsure = bool(p.max() < source.threshold) and may_escalate(source.fast[r])
         if unsure:
-            p = model.probabilities(data.escalated[r], escalated=True)
-        best, session = int(p.argmax()), data.fast[r].session
+            p = model.probabilities(source.escalated[r], escalated=True)
+        best, session = int(p.argmax()), source.fast[r].session
         if session is not None and best != session and p[best] < min_switch_confidence:
             best = session
         out.append(best)
         escalated.append(unsure)
-    return np.array(out, dtype=int), np.array(escalated, dtype=bool)
+        embedded.append(lazy is None or refine)
+    return np.array(out, dtype=int), np.array(escalated, dtype=bool), np.array(embedded, dtype=bool)
 
 
 def is_lone(example: Example) -> bool:
@@ -194,16 +218,18 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
 
 
 def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
-            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE) -> dict[str, Any]:
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE, lazy: LazyFollowup | None = None) -> dict[str, Any]:
     """Kinds' accuracy with the conversation model fitted without each repository of the new turn,
-    deciding as the classifier does (with its switch gate)."""
+    deciding as the classifier does (with its switch gate; with `lazy`, reading the embedding in the
+    follow-up model only where a router would)."""
     pred = np.zeros(len(data.y), dtype=int)
     escalated = np.zeros(len(data.y), dtype=bool)
+    embedded = np.zeros(len(data.y), dtype=bool)
     names = sorted(set(data.groups))
     for name in names:
         held = np.where(data.groups == name)[0]
         model = _fit(data, np.where(data.groups != name)[0])
-        pred[held], escalated[held] = predict(model, data, held, min_switch_confidence)
+        pred[held], escalated[held], embedded[held] = predict(model, data, held, min_switch_confidence, lazy)
     sessions = [i.session for i in data.fast]
     confident = confident_last_turns(data)
     per_repo = {}
@@ -213,6 +239,8 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
                                       [data.lone[i] for i in m] if data.lone else (), confident[m])
     pooled = kind_metrics(data.y, pred, data.kinds, sessions, data.lone, confident)
     pooled["escalation_rate"] = round(float(escalated.mean()), 4)
+    if lazy is not None:
+        pooled["followup_embedding_rate"] = round(float(embedded.mean()), 4)
     return {"pooled": pooled, "per_repository": per_repo, "errors": error_analysis(data, pred)}
 
 
