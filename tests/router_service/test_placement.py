@@ -511,3 +511,19 @@ async def test_a_session_counts_once_while_it_talks_and_drops_out_after_its_last
     assert (await two.read(req)).sessions == {A: 0, B: 1} and one.own_sessions(clock[0])[A] == 0
     clock[0] += 120_000  # two quiet windows: nothing live
     assert not any((await two.read(req)).sessions.values())
+
+
+def test_a_sessions_turn_is_not_pulled_to_its_heads_home() -> None:
+    """A continuing session whose replica evicted part of its history (no engine holds min_share of the prompt
+    now) stays there: home is for prompts no router has placed, and a session's replica is known. Home plus load
+    outweighed the session's own weight and moved such turns (and their histories) in a bench run."""
+    home = rendezvous("head", sorted([A, B, C]))
+    mine = next(r for r in (A, B, C) if r != home)
+    turn = PlacementRequest("chat", block_hashes=("head", "h1", "h2", "h3"), session_replica=mine)
+    evicted = Snapshot(precise=frozenset((A, B, C)), prefix={mine: 1, home: 1}, total_blocks=4,
+                       prefix_share={mine: 0.25, home: 0.25}, load={mine: 3})
+    assert PrefixHomeScorer(min_share=0.5).score(turn, [A, B, C], evicted) == {A: 0.0, B: 0.0, C: 0.0}
+    profile = build_profile("prefix_affinity", RouterSettings())
+    assert profile.run(turn, [A, B, C], evicted).replica == mine
+    new = PlacementRequest("chat", block_hashes=("head", "h1", "h2", "h3"))  # no session: home still decides
+    assert PrefixHomeScorer(min_share=0.5).score(new, [A, B, C], evicted)[home] == 1.0

@@ -13,7 +13,10 @@ A shorter match does not silence it: every prompt of a specialist opens with the
 profile prompt, so a block or two of it is cached wherever that specialist served before, and
 that says nothing about where this prompt's head lives. (It did silence home, and the first
 sessions of two applications, placed before anything of their heads was cached, met on the
-replica that had served both specialists' profile prompts.)
+replica that had served both specialists' profile prompts.) A turn of a session placed before is not a prompt
+nobody has seen: its replica is known (`session_replica`), so home is silent for it. Otherwise, once the session's
+replica had evicted part of its history (no engine holding `min_share` of the prompt), home (1.5) plus one request
+in flight there outweighed the session's own weight (2) and moved the turn, history and all, to the head's home.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from macaron.router.placement.types import PlacementRequest, Snapshot
 
 
 class PrefixHomeScorer:
-    """1.0 for the home replica of the prompt's head block, 0 for the others (all 0 without blocks)."""
+    """1.0 for the home replica of the prompt's head block, 0 for the others (all 0 without blocks, and for a
+    session's turn whose replica is among the candidates)."""
 
     name = "prefix_home"
     category = "affinity"
@@ -35,7 +39,7 @@ class PrefixHomeScorer:
         """An engine known to hold this share of the prompt silences home (RouterSettings.head_group.min_share)."""
 
     def score(self, request: PlacementRequest, replicas: Sequence[str], snapshot: Snapshot) -> dict[str, float]:
-        if not request.block_hashes or not replicas:
+        if not request.block_hashes or not replicas or request.session_replica in replicas:
             return {r: 0.0 for r in replicas}
         if any(snapshot.prefix_share.get(r, 0.0) >= self.min_share for r in snapshot.precise if r in replicas):
             return {r: 0.0 for r in replicas}
