@@ -56,7 +56,8 @@ class PlacementWeights(BaseModel):
     home: float = Field(
         1.5,
         description="Weight of the prompt head's home replica (a rendezvous hash of the first block): routers "
-        "agree on prompts the index does not know yet; above the load weight, so load acts through the balance guard.",
+        "agree on prompts the index does not know yet; above the load weight, so load acts through the balance guard. "
+        "Silent for a session's turn whose replica is known (the session scorer keeps it there).",
     )
     load: float = Field(1.0, description="Weight of in-flight load (1 for the least loaded, 0 for the most).")
     session: float = Field(
