@@ -494,7 +494,8 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     if embedding is not None:
         # What a router reads first (decision.py): the TF-IDF model for turns the embedding model would read.
         say("  follow-up model without embeddings, for the hold-out as a router decides (lazy embedding)")
-        readable = np.array([len(t.split()) <= embedding.max_words for t in last_texts])
+        short_turns = set(followup.short_texts(last_texts, embedding.max_words))
+        readable = np.array([t in short_turns for t in last_texts])
         plain = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
                                      standalone=standalone, standalone_groups=standalone_groups, standalone_share=share)
         first_followups = np.where(readable, plain, followups)
