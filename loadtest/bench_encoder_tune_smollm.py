@@ -16,6 +16,8 @@ should escalate to the base model instead: both encoders *tuned* the same way, j
   the attention and MLP projections of the top layers; the head reads the final-normed hidden state
   of the generation prompt's last token, L2-normalised, times 20 (as MiniLM's head); AdamW, one-cycle
   1e-3, batches of 32 length-sorted texts, seed 0, as `encoder_tuning.fit`.
+- Averaged: both encoders at once (mean of their calibrated log-probabilities), alone, pooled with the
+  fast path, and as a cascade (the second model only where fast path + MiniLM stay unsure).
 - Combined: each encoder's fold logits pooled with the fast path's per-repository hold-out exactly as
   `train.compare_encoders` does (own temperature, pooling weight and threshold under the 30 % cap).
 - Timing: one escalation (batch 1, `--depth` blocks) through each encoder on this thread.
@@ -209,6 +211,41 @@ def last_token_state(encoder: SmolEncoder, text: str):
         return encoder.model(input_ids=ids, use_cache=False).last_hidden_state[0, -1]
 
 
+def averaged(first: np.ndarray, second: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Both encoders at once: the mean of their temperature-scaled log-probabilities, recalibrated."""
+    from macaron.router.classifier.model import softmax
+    from macaron.router.classifier.train import fit_temperature
+
+    mean = 0.5 * np.log(softmax(first / fit_temperature(first, y))) + 0.5 * np.log(softmax(second / fit_temperature(second, y)))
+    return mean / fit_temperature(mean, y)
+
+
+def cascade(p_fast: np.ndarray, first: np.ndarray, both: np.ndarray, y: np.ndarray, repos: np.ndarray,
+            threshold: float, fast_weight: float, second_below: Sequence[float]) -> dict[str, Any]:
+    """Escalate to MiniLM as the router does; where fast path + MiniLM is still under `t`, pool the fast path
+    with both encoders instead. Mean accuracy over repositories and the share that needed the second model."""
+    from macaron.router.classifier.holdout import combine
+    from macaron.router.classifier.model import softmax
+    from macaron.router.classifier.train import fit_temperature
+
+    p_first = softmax(first / fit_temperature(first, y))
+    p_both = softmax(both)
+    escalate = p_fast.max(1) < threshold
+    one = np.where(escalate[:, None], combine(p_fast, p_first, fast_weight), p_fast)
+
+    def mean_repo(p: np.ndarray) -> float:
+        pred = p.argmax(1)
+        return round(float(np.mean([(pred[repos == r] == y[repos == r]).mean() for r in sorted(set(repos))])), 4)
+
+    out: dict[str, Any] = {"first_only": mean_repo(one)}
+    for t in second_below:
+        second = escalate & (one.max(1) < t)
+        two = np.where(second[:, None], combine(p_fast, p_both, fast_weight), one)
+        out[f"{t:g}"] = {"second_share": round(float(second.mean()), 4), "mean_repo_accuracy": mean_repo(two),
+                         "pooled_accuracy": round(float((two.argmax(1) == y).mean()), 4)}
+    return out
+
+
 def time_one(call, texts: Sequence[str], repeats: int = 30) -> dict[str, float]:
     times = []
     for k in range(repeats):
@@ -285,6 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     alone["smollm2_tuned"]["vs_minilm"] = versus(alone["smollm2_tuned"]["per_repository"],
                                                 alone["minilm_tuned"]["per_repository"])
     both = combined(p_fast, minilm_logits, smol_logits, y, repos, folds, 0.75)
+    mean_logits = averaged(minilm_logits, smol_logits, y)
+    alone["averaged"] = scores(mean_logits, y, repos)
+    alone["averaged"]["vs_minilm"] = versus(alone["averaged"]["per_repository"], alone["minilm_tuned"]["per_repository"])
+    with_both = combined(p_fast, minilm_logits, mean_logits, y, repos, folds, 0.75)["candidate"]
+    steps = cascade(p_fast, minilm_logits, mean_logits, y, repos, 0.75, with_both["fast_weight"],
+                    (0.5, 0.6, 0.7, 0.8, 0.9, 1.01))
 
     from macaron.router.classifier.escalation import Embedder
 
@@ -298,11 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "n": len(texts), "depth": args.depth, "top_layers": args.top_layers, "epochs": args.epochs, "lr": args.lr,
         "alone": {k: {kk: vv for kk, vv in v.items()} for k, v in alone.items()},
-        "combined": both, "timing": timing, "threads": torch.get_num_threads(),
+        "combined": both, "combined_averaged": with_both, "cascade_at_0.75": steps, "timing": timing, "threads": torch.get_num_threads(),
         "minilm_alone_mean": alone["minilm_tuned"]["mean_repo_accuracy"],
         "smollm2_alone_mean": alone["smollm2_tuned"]["mean_repo_accuracy"],
         "minilm_combined_mean": both["minilm"]["mean_repo_accuracy"],
         "smollm2_combined_mean": both["candidate"]["mean_repo_accuracy"],
+        "averaged_alone_mean": alone["averaged"]["mean_repo_accuracy"],
+        "averaged_combined_mean": with_both["mean_repo_accuracy"],
     }
     print(json.dumps(result))
     return 0
