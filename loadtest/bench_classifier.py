@@ -6,7 +6,8 @@
 Accuracy: dev.jsonl with the shipped artifact (escalating as in production). Source hold-out:
 mean over held-out source repositories of the escalating classifier's accuracy; --quick reads
 it from the artifact's training report (measured by the same code at `macaron router train`),
-the full run re-trains every fold. Latency: per decision on this thread, pinned to one core
+the full run re-trains every fold. External: external.jsonl, prompts of a source no split of the
+routing data reads (chat and code only so far). Latency: per decision on this thread, pinned to one core
 with torch on one thread; the embedding model is loaded before timing. Multi-turn:
 multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
 session's specialist; `multiturn_switch_confident` is the switches whose new turn alone the fast path
@@ -97,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     log(f"dev: accuracy {result['accuracy']} (fast path {result['fast_path_accuracy']}), "
         f"macro-F1 {result['macro_f1']}, escalation {result['escalation_rate']}")
 
+    external_path = data_dir / "external.jsonl"  # a source no split reads (external_sources.py)
+    external: dict = evaluate(classifier, load_jsonl(external_path)) if external_path.is_file() else {}
+    if external:
+        log(f"external (never trained on): accuracy {external['accuracy']}, macro-F1 {external['macro_f1']}, "
+            f"escalation {external['escalation_rate']}")
+
     passes = args.passes or (1 if args.quick else 3)
     n = 0
     started = time.perf_counter()
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         "per_class_holdout": holdout.get("pooled", {}).get("per_class"),
         "escalation_rate": holdout.get("escalation_rate"),
         "dev_code_recall": result["per_class"]["code"]["recall"],
+        "external_accuracy": external.get("accuracy"),
+        "external_macro_f1": external.get("macro_f1"),
         "dev_escalation_rate": result["escalation_rate"],
         "multiturn_stay": multiturn.get("stay"),
         "multiturn_continue": multiturn.get("continue"),
