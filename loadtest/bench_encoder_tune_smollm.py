@@ -153,6 +153,8 @@ def check_top_matches_full(encoder: SmolEncoder, model_dir: Path, split: int, de
 def fit_fold(lower: SmolLowerStates, top_factory, rows: np.ndarray, y: np.ndarray, w: np.ndarray, n_labels: int,
              epochs: int, lr: float, batch_size: int, seed: int, torch: Any):
     """LoRA + head on `rows` (weighted cross-entropy), as `encoder_tuning.fit` trains MiniLM's."""
+    from macaron.router.classifier.encoder_tuning import length_sorted_batches, weighted_step
+
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     top = top_factory()
@@ -165,12 +167,7 @@ def fit_fold(lower: SmolLowerStates, top_factory, rows: np.ndarray, y: np.ndarra
     position = {int(r): k for k, r in enumerate(rows)}
     y_t = torch.as_tensor(y, dtype=torch.long)
     w_t = torch.as_tensor(w, dtype=torch.float32)
-    plan = []
-    for _ in range(epochs):
-        shuffled = rows[rng.permutation(len(rows))]
-        ordered = shuffled[np.argsort(lower.lengths[shuffled], kind="stable")]
-        chunks = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
-        plan.append([chunks[i] for i in rng.permutation(len(chunks))])
+    plan = [length_sorted_batches(rows, lower.lengths, batch_size, rng) for _ in range(epochs)]
     total = sum(len(p) for p in plan)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=total, pct_start=0.1)
     from tqdm import tqdm
@@ -180,13 +177,7 @@ def fit_fold(lower: SmolLowerStates, top_factory, rows: np.ndarray, y: np.ndarra
             for chunk in batches:
                 hidden, last = lower.batch(chunk, torch)
                 idx = torch.as_tensor([position[int(r)] for r in chunk])
-                logits = head(top.embed(hidden, last) * SCALE)
-                losses = torch.nn.functional.cross_entropy(logits, y_t[idx], reduction="none")
-                loss = (losses * w_t[idx]).sum() / w_t[idx].sum()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
+                weighted_step(optimizer, scheduler, head(top.embed(hidden, last) * SCALE), y_t[idx], w_t[idx])
                 bar.update(1)
     model.eval()
     return top, head

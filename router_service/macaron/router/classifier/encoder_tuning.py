@@ -167,12 +167,24 @@ def _fresh_lora_model(config: TuneConfig):
     return model
 
 
-def _batches(rows: np.ndarray, lengths: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
+def length_sorted_batches(rows: np.ndarray, lengths: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Length-sorted chunks (little padding) in a seeded random order; rows shuffled among equal lengths."""
     shuffled = rows[rng.permutation(len(rows))]
     ordered = shuffled[np.argsort(lengths[shuffled], kind="stable")]
     chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
     return [chunks[i] for i in rng.permutation(len(chunks))]
+
+
+def weighted_step(optimizer: Any, scheduler: Any, logits: Any, targets: Any, weights: Any) -> float:
+    """One optimiser and scheduler step on a batch's weighted cross-entropy; returns the batch's loss."""
+    torch = _torch()
+    losses = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+    loss = (losses * weights).sum() / weights.sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    return float(loss.detach())
 
 
 def fit(
@@ -201,7 +213,7 @@ def fit(
     y_t = torch.as_tensor(np.asarray(y), dtype=torch.long)
     w_t = torch.as_tensor(np.asarray(w), dtype=torch.float32)
     stack = _TopStack(model, lower.split)
-    plan = [_batches(rows, lower.lengths, config.batch_size, rng) for _ in range(config.epochs)]
+    plan = [length_sorted_batches(rows, lower.lengths, config.batch_size, rng) for _ in range(config.epochs)]
     total = sum(len(p) for p in plan)
     if total >= 20:
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total, pct_start=0.1)
@@ -214,13 +226,7 @@ def fit(
             hidden, mask = lower.batch(chunk)
             idx = torch.as_tensor([position[int(r)] for r in chunk])
             logits = head(stack.embed(hidden, mask) * config.scale)
-            losses = torch.nn.functional.cross_entropy(logits, y_t[idx], reduction="none")
-            loss = (losses * w_t[idx]).sum() / w_t[idx].sum()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            running += float(loss.detach())
+            running += weighted_step(optimizer, scheduler, logits, y_t[idx], w_t[idx])
             step += 1
         if progress:
             progress(f"    fine-tune epoch {epoch}/{config.epochs}: mean loss {running / max(len(batches), 1):.3f}")

@@ -14,14 +14,13 @@ train.jsonl or dev.jsonl already hold are dropped. Running it again rewrites the
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from macaron.router.classifier.data import find_data_dir
+from macaron.router.classifier.public_sources import run_builder
 
 EXTERNAL_FILE = "external.jsonl"
 
@@ -106,13 +105,7 @@ def write(data_dir: Path, root: Path) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, required=True,
-                        help="Folder holding the checked-out repositories as <owner>/<name>.")
-    parser.add_argument("--data-dir", help="Routing data folder (default: the shipped one).")
-    args = parser.parse_args(argv)
-    print(json.dumps(write(find_data_dir(args.data_dir), args.root)))
-    return 0
+    return run_builder(write, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

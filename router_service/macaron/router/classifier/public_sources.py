@@ -29,7 +29,7 @@ import pickle
 import random
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -702,14 +702,19 @@ def write(data_dir: Path, root: Path) -> dict[str, Any]:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_builder(build: Callable[[Path, Path], dict[str, Any]], description: str, argv: list[str] | None) -> int:
+    """The command line of a data builder: `--root` (the checked-out repositories) and `--data-dir`."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--root", type=Path, required=True,
                         help="Folder holding the checked-out repositories as <owner>/<name>.")
     parser.add_argument("--data-dir", help="Routing data folder (default: the shipped one).")
     args = parser.parse_args(argv)
-    print(json.dumps(write(find_data_dir(args.data_dir), args.root)))
+    print(json.dumps(build(find_data_dir(args.data_dir), args.root)))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_builder(write, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
