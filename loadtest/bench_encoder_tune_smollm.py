@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from bench_encoder_probe import (  # noqa: E402  (the probe's data, cache and po
     say,
     scores,
     smollm_dir,
+    time_calls,
     versus,
 )
 
@@ -114,9 +114,8 @@ class SmolTop:
         self.torch = torch
         model = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
         model.layers = model.layers[:depth]  # a cut model: only the first `depth` blocks, then the norm
-        n = depth
         config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=TARGETS,
-                            layers_to_transform=list(range(split, n)), layers_pattern="layers", bias="none")
+                            layers_to_transform=list(range(split, depth)), layers_pattern="layers", bias="none")
         self.model = inject_adapter_in_model(config, model)
         self.split = split
 
@@ -237,15 +236,6 @@ def cascade(p_fast: np.ndarray, first: np.ndarray, both: np.ndarray, y: np.ndarr
     return out
 
 
-def time_one(call, texts: Sequence[str], repeats: int = 30) -> dict[str, float]:
-    times = []
-    for k in range(repeats):
-        t0 = time.perf_counter()
-        call([texts[k % len(texts)]])
-        times.append((time.perf_counter() - t0) * 1000)
-    return {"p50_ms": round(float(np.percentile(times, 50)), 1), "p90_ms": round(float(np.percentile(times, 90)), 1)}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
@@ -324,8 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     embedder = Embedder(threads=torch.get_num_threads())
     embedder.encode(["warm up"])
-    timing = {"minilm_one_escalation": time_one(lambda b: embedder.encode(b), texts),
-              "smollm2_one_escalation": time_one(lambda b: last_token_state(encoder, b[0]), texts)}
+    timing = {"minilm_one_escalation": time_calls(lambda b: embedder.encode(b), texts, 1, 30),
+              "smollm2_one_escalation": time_calls(lambda b: last_token_state(encoder, b[0]), texts, 1, 30)}
 
     say(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "per_repository"} for k, v in alone.items()},
                    indent=1))

@@ -31,7 +31,7 @@ class ExternalSource:
     commit: str
     license: str
     path: str
-    reader: Callable[[Path], Iterator[tuple[str, str]]]  # repository folder -> (text, label)
+    reader: Callable[[Path], Iterator[tuple[str, str]]]  # the file at `path` -> (text, label)
 
 
 # WizardLM's test set: 218 instructions in 29 skills. Writing code, fixing it and questions on code a
@@ -44,8 +44,8 @@ _WIZARDLM_CS_UNCLEAR = frozenset({60, 62, 66, 70})  # stack vs queue, compiler v
 _WIZARDLM_FORMAT_CHAT = frozenset({87})  # "Complex Format", but a right triangle's legs
 
 
-def wizardlm_testset(folder: Path) -> Iterator[tuple[str, str]]:
-    for line in (folder / "WizardLM/data/WizardLM_testset.jsonl").read_text(encoding="utf-8").splitlines():
+def wizardlm_testset(path: Path) -> Iterator[tuple[str, str]]:
+    for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         item = json.loads(line)
@@ -82,10 +82,10 @@ def rows(root: Path, known: set[str], sources: tuple[ExternalSource, ...] = EXTE
     seen = set(known)
     found = []
     for source in sources:
-        folder = root / source.repository
-        if not folder.is_dir():
+        path = root / source.repository / source.path
+        if not path.is_file():
             continue
-        for text, label in source.reader(folder):
+        for text, label in source.reader(path):
             if normalise(text) in seen:
                 continue
             seen.add(normalise(text))
