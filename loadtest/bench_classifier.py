@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     classifier = SpecialistClassifier.load(settings)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
-    classifier.embedder.wait()
+    classifier.wait_for_encoders()
     embedder_load_s = time.perf_counter() - started
     log(f"artifact load {load_s:.2f} s, embedding model load {embedder_load_s:.1f} s, core {core}")
 

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     threshold = args.threshold
     rng = random.Random(0)
     classifier = SpecialistClassifier.load(ClassifierSettings())
-    classifier.embedder.wait()
+    classifier.wait_for_encoders()
     multi = multiturn_cases(classifier, threshold, args.cases // 3, rng)
     single = holdout_cases(classifier.artifact, threshold, max(1, (args.cases - len(multi)) // len(HOLD_OUT)), rng)
     cases = single + multi

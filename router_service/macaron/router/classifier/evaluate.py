@@ -41,8 +41,7 @@ def _last_turn_alone(classifier: SpecialistClassifier, example: Example) -> floa
 def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, warmup: int = 20) -> dict[str, Any]:
     """Metrics of `classifier` on labelled `examples` (one JSON-able dict)."""
     labels = classifier.labels
-    if classifier.escalation_enabled:
-        classifier.embedder.wait()
+    classifier.wait_for_encoders()
     valid: list[Example] = []
     invalid = 0
     for example in examples:
@@ -63,7 +62,7 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
     y_pred: list[int] = []
     fast_pred: list[int] = []
     probs: list[list[float]] = []
-    escalated = 0
+    escalated = second = 0
     for example in examples:
         start = time.perf_counter()
         fast = _classify(classifier, example, escalate=False)
@@ -76,6 +75,7 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
         fast_pred.append(labels.index(fast.specialist))
         probs.append([decision.probabilities[label] for label in labels])
         escalated += decision.escalated
+        second += decision.second_opinion
     yt, yp = np.array(y_true), np.array(y_pred)
     result = classification_metrics(yt, yp, labels)
     kinds = [str(e.extra.get("kind", "")) for e in examples]
@@ -92,6 +92,7 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
         invalid_inputs=invalid,
         fast_path_accuracy=round(float((np.array(fast_pred) == yt).mean()), 4) if len(yt) else 0.0,
         escalation_rate=round(escalated / len(examples), 4) if examples else 0.0,
+        second_encoder_rate=round(second / len(examples), 4) if examples else 0.0,
         escalation_threshold=classifier.threshold if classifier.escalation_enabled else None,
         calibration_ece=round(expected_calibration_error(np.array(probs), yt), 4) if len(yt) else 0.0,
         latency_p50_ms={"fast": percentile_ms(fast_ms, 50), "all": percentile_ms(all_ms, 50)},

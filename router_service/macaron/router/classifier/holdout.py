@@ -79,11 +79,18 @@ def summarize(
     p_embed: np.ndarray | None,
     threshold: float,
     fast_weight: float,
+    p_both: np.ndarray | None = None,
+    second_below: float = 0.0,
 ) -> dict[str, Any]:
     """Per-repository and mean hold-out accuracy of the fast path, the embedding model and the
-    escalating classifier, plus pooled macro-F1 and the escalation rate."""
+    escalating classifier, plus pooled macro-F1 and the escalation rate. `p_both`: both encoders averaged
+    (model.SecondEncoder), pooled instead of `p_embed` where the escalated answer stays under `second_below`."""
     escalate = p_fast.max(axis=1) < threshold if p_embed is not None else np.zeros(len(y), bool)
     final = p_fast if p_embed is None else np.where(escalate[:, None], combine(p_fast, p_embed, fast_weight), p_fast)
+    second = np.zeros(len(y), bool)
+    if p_embed is not None and p_both is not None:
+        second = escalate & (final.max(axis=1) < second_below)
+        final = np.where(second[:, None], combine(p_fast, p_both, fast_weight), final)
     per_repo: dict[str, dict[str, Any]] = {}
     for name in sorted(set(groups)):
         m = groups == name
@@ -107,6 +114,8 @@ def summarize(
         "pooled": classification_metrics(y, final.argmax(1)),
         "pooled_fast": classification_metrics(y, p_fast.argmax(1)),
     }
+    if p_both is not None:
+        summary.update(second_rate=round(float(second.mean()), 4), second_below=second_below)
     if p_embed is not None:
         summary["mean_embed_accuracy"] = round(float(np.mean([e["embed_accuracy"] for e in per_repo.values()])), 4)
     return summary

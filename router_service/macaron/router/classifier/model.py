@@ -99,6 +99,23 @@ class EmbeddingHead:
 
 
 @dataclass
+class SecondEncoder:
+    """The base model as a second escalation encoder (base_encoder.py), asked only where the fast path pooled with
+    MiniLM stays under `below`: then the mean of both encoders' calibrated log-probabilities, over
+    `mean_temperature`, is pooled with the fast path instead of MiniLM's alone."""
+
+    head: EmbeddingHead  # over the base model's embedding; `adapter_sha256` names the base adapter file
+    mean_temperature: float
+    below: float
+    adapter: Any = None  # encoder_tuning.Adapter (config: base_encoder.BaseTuneConfig) after training
+    adapter_path: Path | None = None  # the file a loaded artifact's head needs
+
+    def both_probabilities(self, p_first: np.ndarray, p_second: np.ndarray) -> np.ndarray:
+        """MiniLM's and the base model's calibrated probabilities, averaged in log space and recalibrated."""
+        return softmax(averaged_log_probabilities(p_first, p_second) / self.mean_temperature)
+
+
+@dataclass
 class Artifact:
     """Everything `macaron router train` writes; loaded by `SpecialistClassifier.load`."""
 
@@ -115,6 +132,7 @@ class Artifact:
     followup_embedded: FollowupModel | None = None
     adapter: Any = None  # encoder_tuning.Adapter after training; written beside the artifact by `save`
     adapter_path: Path | None = None  # the adapter file a loaded artifact's embedding head needs
+    second: SecondEncoder | None = None  # the base model as a second escalation encoder; None: MiniLM alone
 
     def to_payload(self) -> dict[str, Any]:
         vec = self.fast.vectorizer
@@ -146,6 +164,13 @@ class Artifact:
                 "temperature": float(self.embedding.temperature),
                 "encoder": self.embedding.encoder,
                 "adapter_sha256": self.embedding.adapter_sha256,
+            }
+        if self.second is not None:
+            head = self.second.head
+            payload["second"] = {
+                "weights": head.weights.astype(np.float32), "bias": head.bias.astype(np.float64),
+                "temperature": float(head.temperature), "encoder": head.encoder, "adapter_sha256": head.adapter_sha256,
+                "mean_temperature": float(self.second.mean_temperature), "below": float(self.second.below),
             }
         return payload
 
@@ -204,6 +229,7 @@ class Artifact:
             escalation_threshold=float(payload["escalation_threshold"]),
             fast_weight_when_escalated=float(payload["fast_weight_when_escalated"]),
             report=payload.get("report", {}),
+            second=_second_encoder(payload.get("second")),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -218,6 +244,12 @@ class Artifact:
             adapter_file = save_adapter(self.adapter, adapter_path_for(path))
             self.embedding.adapter_sha256 = file_sha256(adapter_file)
             self.adapter_path = adapter_file
+        if self.second is not None and self.second.adapter is not None:
+            from macaron.router.classifier.encoder_tuning import save_adapter
+
+            second_file = save_adapter(self.second.adapter, base_adapter_path_for(path))
+            self.second.head.adapter_sha256 = file_sha256(second_file)
+            self.second.adapter_path = second_file
         joblib.dump(self.to_payload(), tmp, compress=("xz", 6))
         tmp.replace(path)
         return path
@@ -248,6 +280,18 @@ class Artifact:
                 artifact.embedding = None
             else:
                 artifact.adapter_path = adapter_file
+        second = artifact.second
+        if second is not None:
+            second_file = base_adapter_path_for(path)
+            found = file_sha256(second_file) if second_file.is_file() else None
+            if artifact.embedding is None:  # nothing to average it with
+                artifact.second = None
+            elif found != second.head.adapter_sha256:  # the head would read another model
+                logger.warning("base model adapter %s is %s; the second escalation encoder is off", second_file,
+                               "missing" if found is None else "not the one this artifact was trained with")
+                artifact.second = None
+            else:
+                second.adapter_path = second_file
         return artifact
 
 
@@ -304,6 +348,21 @@ def _cue_weights(followup_payload: dict[str, Any]) -> np.ndarray:
     return weights
 
 
+def _second_encoder(payload: dict[str, Any] | None) -> SecondEncoder | None:
+    if not payload:
+        return None
+    head = EmbeddingHead(weights=np.asarray(payload["weights"], dtype=np.float64),
+                         bias=np.asarray(payload["bias"], dtype=np.float64), temperature=float(payload["temperature"]),
+                         encoder=payload["encoder"], adapter_sha256=payload.get("adapter_sha256"))
+    return SecondEncoder(head=head, mean_temperature=float(payload["mean_temperature"]), below=float(payload["below"]))
+
+
+def base_adapter_path_for(artifact_path: str | Path) -> Path:
+    """Where the base model's routing adapter lives: beside the artifact, `<name>.base-adapter.safetensors`."""
+    path = Path(artifact_path)
+    return path.with_name(path.stem + ".base-adapter.safetensors")
+
+
 def adapter_path_for(artifact_path: str | Path) -> Path:
     """Where the encoder adapter of an artifact lives: beside it, `<name>.adapter.safetensors`."""
     path = Path(artifact_path)
@@ -326,8 +385,13 @@ def combine(p_fast: np.ndarray, p_embed: np.ndarray, fast_weight: float) -> np.n
     return softmax(log)
 
 
+def averaged_log_probabilities(p_first: np.ndarray, p_second: np.ndarray) -> np.ndarray:
+    """Two encoders at once: the mean of their calibrated log-probabilities (a temperature follows)."""
+    return 0.5 * np.log(np.clip(p_first, 1e-12, 1.0)) + 0.5 * np.log(np.clip(p_second, 1e-12, 1.0))
+
+
 def confidence_of(probabilities: np.ndarray) -> float:
     return float(probabilities.max())
 
 
-__all__ = ["Artifact", "EmbeddingHead", "FastModel", "SHIPPED_ARTIFACT", "combine", "softmax"]
+__all__ = ["Artifact", "EmbeddingHead", "FastModel", "SHIPPED_ARTIFACT", "SecondEncoder", "combine", "softmax"]

