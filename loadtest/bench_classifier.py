@@ -16,7 +16,7 @@ gives its specialist at least 0.8 (the issue's "last turn confidently another do
 embeddings included, the encoder cache cleared first). Concurrency: N threads each classify dev requests with every request
 escalated (threshold 1), so the figure is the embedding path's throughput, micro-batched as in
 production, next to the same load with batching off (one encoder call per request, as the old
-lock did). Human-readable lines go to stderr; the last line on stdout is one JSON object.
+lock did); with a second escalation encoder, the same load once more with every request asking it too. Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -136,15 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     for label, window_ms, max_batch in (("batched", settings.embed_batch_window_ms, settings.embed_max_batch),
                                         ("unbatched", 0.0, 1)):
         forced = Clf(classifier.artifact, settings.model_copy(update={
-            "escalation_threshold": 1.0, "embed_batch_window_ms": window_ms, "embed_max_batch": max_batch}))
-        forced.embedder._model = classifier.embedder._model  # the loaded encoder, shared
-        forced.embedder._loaded.set()
+            "escalation_threshold": 1.0, "embed_batch_window_ms": window_ms, "embed_max_batch": max_batch,
+            "second_encoder": False}))  # MiniLM's path alone; the second encoder's is measured below
+        forced.embedder.adopt(classifier.embedder)  # the loaded encoder, shared
         for n in (1, 8, 32):
             if label == "unbatched" and n != 32:
                 continue
             rate = concurrent_decisions_per_s(forced, dev, n, seconds)
             concurrency[f"{label}_{n}"] = round(rate, 1)
             log(f"escalated decisions/s, {label}, {n} concurrent: {rate:.1f} ({forced.embedder.batches} encoder calls)")
+    if classifier.second_encoder_enabled:  # every request through both encoders (its threshold above 1)
+        import dataclasses
+
+        second = dataclasses.replace(classifier.artifact.second, below=1.01)
+        both = Clf(dataclasses.replace(classifier.artifact, second=second),
+                   settings.model_copy(update={"escalation_threshold": 1.0}))
+        both.embedder.adopt(classifier.embedder)
+        both.base_embedder.adopt(classifier.base_embedder)
+        for n in (1, 32):
+            rate = concurrent_decisions_per_s(both, dev, n, seconds)
+            concurrency[f"second_{n}"] = round(rate, 1)
+            log(f"decisions/s through both encoders, {n} concurrent: {rate:.1f} "
+                f"({both.base_embedder.batches} base-model calls)")
 
     if args.quick:
         holdout = classifier.artifact.report.get("holdout", {})
@@ -167,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "source_holdout_fast_accuracy": holdout.get("mean_fast_accuracy"),
         "source_holdout_macro_f1": holdout.get("pooled", {}).get("macro_f1"),
         "source_holdout_escalation_rate": holdout.get("escalation_rate"),
+        "source_holdout_second_encoder_rate": holdout.get("second_rate"),
         "source_holdout_from": holdout_from,
         "fast_p50_ms": result["latency_p50_ms"]["fast"],
         "fast_p99_ms": result["latency_p99_ms"]["fast"],
@@ -179,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         "external_accuracy": external.get("accuracy"),
         "external_macro_f1": external.get("macro_f1"),
         "dev_escalation_rate": result["escalation_rate"],
+        "dev_second_encoder_rate": result["second_encoder_rate"],
+        "external_second_encoder_rate": external.get("second_encoder_rate"),
         "multiturn_stay": multiturn.get("stay"),
         "multiturn_continue": multiturn.get("continue"),
         "multiturn_switch": multiturn.get("switch"),
@@ -192,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         "decisions_per_s_8_concurrent": concurrency.get("batched_8"),
         "decisions_per_s_32_concurrent": concurrency.get("batched_32"),
         "decisions_per_s_32_concurrent_unbatched": concurrency.get("unbatched_32"),
+        "second_encoder_decisions_per_s_1_concurrent": concurrency.get("second_1"),
+        "second_encoder_decisions_per_s_32_concurrent": concurrency.get("second_32"),
         "escalation_threshold": classifier.threshold,
         "escalation_encoder": "tuned" if classifier.artifact.adapter_path or classifier.artifact.adapter else "frozen",
         "encoder_holdout_same_folds": {

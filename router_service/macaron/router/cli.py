@@ -39,6 +39,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--no-finetune", action="store_true",
                    help="Keep the frozen MiniLM (no LoRA fine-tune of the escalation encoder; saves about 15 min "
                    "on one thread).")
+    p.add_argument("--no-second-encoder", action="store_true",
+                   help="No second escalation encoder (the base model cut to 16 blocks, tuned for routing; saves "
+                   "about 30 min on 2 cores).")
     p.add_argument("--static-dims", type=int, default=None,
                    help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
                    "dimensions; 0 turns them off (default: the training config's).")
@@ -76,7 +79,7 @@ def _train(args: argparse.Namespace) -> int:
     from macaron.router.classifier.data import find_data_dir, load_jsonl
 
     config = TrainConfig(seed=args.seed, escalation=not args.no_escalation, holdout=not args.no_holdout,
-                         finetune=not args.no_finetune)
+                         finetune=not args.no_finetune, second_encoder=not args.no_second_encoder)
     if args.full_share_lines is not None:
         if args.full_share_lines < 0:
             print("error: --full-share-lines must be 0 (every repository a full share) or more", file=sys.stderr)
@@ -124,6 +127,7 @@ def _headline(report: dict) -> dict:
         "source_holdout_fast_accuracy": holdout.get("mean_fast_accuracy"),
         "source_holdout_macro_f1": holdout.get("pooled", {}).get("macro_f1"),
         "source_holdout_escalation_rate": holdout.get("escalation_rate"),
+        "source_holdout_second_encoder_rate": holdout.get("second_rate"),
         "escalation_threshold": holdout.get("threshold"),
         "per_repository": {k: v.get("accuracy") for k, v in holdout.get("per_repository", {}).items()},
         "multiturn_holdout": report.get("multiturn_holdout", {}).get("pooled"),

@@ -182,10 +182,14 @@ class RouterServer:
         await self.core.start()
         classifier = self.core.classifier
         if getattr(classifier, "escalation_enabled", False):
-            embedder = classifier.embedder  # type: ignore[union-attr]
-            embedder.start_loading()
-            if not await asyncio.to_thread(embedder.wait, self.settings.classifier.wait_for_embedder_s):
-                log.warning("the classifier's embedding model is not loaded yet: unsure requests use the fast path")
+            embedders = [classifier.embedder]  # type: ignore[union-attr]
+            if getattr(classifier, "second_encoder_enabled", False):
+                embedders.append(classifier.base_embedder)  # type: ignore[union-attr]
+            for embedder in embedders:
+                embedder.start_loading()
+            for embedder in embedders:
+                if not await asyncio.to_thread(embedder.wait, self.settings.classifier.wait_for_embedder_s):
+                    log.warning("the classifier's %s is not loaded yet: unsure requests go without it", embedder.name)
         if not await self.store.ping():
             log.warning("shared store does not answer: starting degraded")
             self.store.mark_unavailable("no answer at start")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from macaron.router.classifier.encoder_tuning import Adapter, length_sorted_batches, weighted_step
+from macaron.router.classifier.encoder_tuning import Adapter, fit_lora_head, padded_states
 from macaron.router.classifier.escalation import Embedder
 
 # Every projection of a Llama block: attention and MLP.
@@ -148,13 +148,8 @@ class LowerStates:
 
     def batch(self, rows: Sequence[int]):
         """(hidden (B, L, H) float32 right-padded with zeros, index of each row's last token)."""
-        torch = _torch()
-        rows = list(rows)
-        longest = int(self.lengths[rows].max())
-        hidden = torch.zeros(len(rows), longest, self.states[rows[0]].shape[-1])
-        for j, i in enumerate(rows):
-            hidden[j, : self.lengths[i]] = self.states[i].float()
-        return hidden, torch.as_tensor(self.lengths[rows] - 1)
+        hidden, mask = padded_states(self.states, self.lengths, rows)
+        return hidden, mask.sum(1) - 1
 
 
 class _TopStack:
@@ -179,43 +174,9 @@ def fit(lower: LowerStates, rows: Sequence[int], y: np.ndarray, w: np.ndarray, n
         progress: Callable[[str], None] | None = None) -> Adapter:
     """LoRA + head on `rows` of `lower` with weighted cross-entropy (`y`, `w` indexed like `rows`)."""
     config = lower.config
-    torch = _torch()
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    model = _fresh_lora_model(lower.model_dir, config).train()
-    for name, p in model.named_parameters():
-        p.requires_grad = "lora_" in name
-    head = torch.nn.Linear(model.config.hidden_size, n_labels)
-    params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    rows = np.asarray(rows)
-    position = {int(r): k for k, r in enumerate(rows)}
-    y_t = torch.as_tensor(np.asarray(y), dtype=torch.long)
-    w_t = torch.as_tensor(np.asarray(w), dtype=torch.float32)
-    stack = _TopStack(model, config.split)
-    plan = [length_sorted_batches(rows, lower.lengths, config.batch_size, rng) for _ in range(config.epochs)]
-    total = sum(len(p) for p in plan)
-    if total >= 20:
-        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total, pct_start=0.1)
-    else:  # a handful of steps (tiny data): one-cycle cannot warm up, keep the rate constant
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    for epoch, batches in enumerate(plan, start=1):
-        running = 0.0
-        for chunk in batches:
-            hidden, last = lower.batch(chunk)
-            idx = torch.as_tensor([position[int(r)] for r in chunk])
-            running += weighted_step(optimizer, scheduler, head(stack.embed(hidden, last) * config.scale),
-                                     y_t[idx], w_t[idx])
-        if progress:
-            progress(f"    base model fine-tune epoch {epoch}/{config.epochs}: mean loss "
-                     f"{running / max(len(batches), 1):.3f}")
-    from peft import get_peft_model_state_dict
-
-    # Rounded to float16 as they are stored, so the artifact measured is the artifact shipped.
-    tensors = {k: v.detach().numpy().astype(np.float16).astype(np.float32)
-               for k, v in get_peft_model_state_dict(model).items()}
-    return Adapter(tensors=tensors, head_weights=(head.weight.detach().numpy().T * config.scale).astype(np.float64),
-                   head_bias=head.bias.detach().numpy().astype(np.float64), config=config)
+    return fit_lora_head(lambda: _fresh_lora_model(lower.model_dir, config),
+                         lambda model, chunk: _TopStack(model, config.split).embed(*lower.batch(chunk)),
+                         lower.lengths, rows, y, w, n_labels, config, progress=progress, name="base model fine-tune")
 
 
 def logits_of_rows(lower: LowerStates, rows: Sequence[int], adapter: Adapter, batch_size: int = 64) -> np.ndarray:
@@ -312,6 +273,10 @@ class BaseModelEmbedder(Embedder):
                 last = hidden[torch.arange(len(rows)), torch.as_tensor(lengths[rows] - 1)]
                 out[rows] = torch.nn.functional.normalize(last, dim=-1).numpy()
         return out
+
+    def adopt(self, loaded: Embedder) -> None:
+        super().adopt(loaded)
+        self._tokens = loaded._tokens  # type: ignore[attr-defined]
 
     @property
     def dimension(self) -> int:

@@ -128,15 +128,21 @@ class LowerStates:
 
     def batch(self, rows: Sequence[int]):
         """(hidden (B, L, 384) float32, mask (B, L)) for these rows, zero-padded."""
-        torch = _torch()
-        longest = int(self.lengths[list(rows)].max())
-        hidden = torch.zeros(len(rows), longest, self.states[rows[0]].shape[-1])
-        mask = torch.zeros(len(rows), longest, dtype=torch.long)
-        for j, i in enumerate(rows):
-            n = int(self.lengths[i])
-            hidden[j, :n] = self.states[i].float()
-            mask[j, :n] = 1
-        return hidden, mask
+        return padded_states(self.states, self.lengths, rows)
+
+
+def padded_states(states: Sequence[Any], lengths: np.ndarray, rows: Sequence[int]):
+    """(hidden (B, L, H) float32, mask (B, L)): cached unpadded states of `rows`, right-padded with zeros."""
+    torch = _torch()
+    rows = list(rows)
+    longest = int(lengths[rows].max())
+    hidden = torch.zeros(len(rows), longest, states[rows[0]].shape[-1])
+    mask = torch.zeros(len(rows), longest, dtype=torch.long)
+    for j, i in enumerate(rows):
+        n = int(lengths[i])
+        hidden[j, :n] = states[i].float()
+        mask[j, :n] = 1
+    return hidden, mask
 
 
 class _TopStack:
@@ -200,12 +206,23 @@ def fit(
 ) -> Adapter:
     """LoRA + head on `rows` of `lower`, with weighted cross-entropy (`y`, `w` indexed like `rows`)."""
     config = config or lower.config
+    return fit_lora_head(lambda: _fresh_lora_model(config), lambda model, chunk: _TopStack(model, lower.split).embed(
+        *lower.batch(chunk)), lower.lengths, rows, y, w, n_labels, config, progress=progress)
+
+
+def fit_lora_head(make_model: Callable[[], Any], embed: Callable[[Any, np.ndarray], Any], lengths: np.ndarray,
+                  rows: Sequence[int], y: np.ndarray, w: np.ndarray, n_labels: int, config: Any, *,
+                  progress: Callable[[str], None] | None = None, name: str = "fine-tune") -> Adapter:
+    """The training loop both routing fine-tunes share (this module's MiniLM, base_encoder.py's base model): a
+    LoRA-injected model from `make_model` (built after seeding, so its LoRA init is seeded), `embed(model, rows)`
+    the L2-normalised embeddings of a batch of rows, a linear head over them times `config.scale`, AdamW with a
+    one-cycle rate over `config.epochs` of length-sorted batches (`lengths` per row)."""
     torch = _torch()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    model = _fresh_lora_model(config).train()
-    for name, p in model.named_parameters():
-        p.requires_grad = "lora_" in name
+    model = make_model().train()
+    for param_name, p in model.named_parameters():
+        p.requires_grad = "lora_" in param_name
     head = torch.nn.Linear(model.config.hidden_size, n_labels)
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
@@ -213,24 +230,20 @@ def fit(
     position = {int(r): k for k, r in enumerate(rows)}
     y_t = torch.as_tensor(np.asarray(y), dtype=torch.long)
     w_t = torch.as_tensor(np.asarray(w), dtype=torch.float32)
-    stack = _TopStack(model, lower.split)
-    plan = [length_sorted_batches(rows, lower.lengths, config.batch_size, rng) for _ in range(config.epochs)]
+    plan = [length_sorted_batches(rows, lengths, config.batch_size, rng) for _ in range(config.epochs)]
     total = sum(len(p) for p in plan)
     if total >= 20:
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total, pct_start=0.1)
     else:  # a handful of steps (tiny data): one-cycle cannot warm up, keep the rate constant
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    step = 0
     for epoch, batches in enumerate(plan, start=1):
         running = 0.0
         for chunk in batches:
-            hidden, mask = lower.batch(chunk)
             idx = torch.as_tensor([position[int(r)] for r in chunk])
-            logits = head(stack.embed(hidden, mask) * config.scale)
+            logits = head(embed(model, chunk) * config.scale)
             running += weighted_step(optimizer, scheduler, logits, y_t[idx], w_t[idx])
-            step += 1
         if progress:
-            progress(f"    fine-tune epoch {epoch}/{config.epochs}: mean loss {running / max(len(batches), 1):.3f}")
+            progress(f"    {name} epoch {epoch}/{config.epochs}: mean loss {running / max(len(batches), 1):.3f}")
     from peft import get_peft_model_state_dict
 
     # Rounded to float16 as they are stored, so the artifact measured is the artifact shipped.

@@ -137,6 +137,13 @@ class Embedder:
         with self._encode_lock:
             return self._encode_loaded(list(texts), batch_size, progress)
 
+    def adopt(self, loaded: "Embedder") -> None:
+        """Uses another instance's loaded model (benchmarks compare batching settings on one loaded encoder)."""
+        if not loaded.wait():
+            raise EmbedderUnavailable(f"embedding model {loaded.name} could not be loaded: {loaded._error}")
+        self._model = loaded._model
+        self._loaded.set()
+
     def clear_cache(self) -> None:
         """Forgets every cached embedding (benchmarks time new turns, which are never cached)."""
         with self._cache_lock:
