@@ -97,6 +97,16 @@ class EmbeddingHead:
     def logits(self, embedding: np.ndarray) -> np.ndarray:
         return (embedding @ self.weights + self.bias) / self.temperature
 
+    def to_payload(self) -> dict[str, Any]:
+        return {"weights": self.weights.astype(np.float32), "bias": self.bias.astype(np.float64),
+                "temperature": float(self.temperature), "encoder": self.encoder, "adapter_sha256": self.adapter_sha256}
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> "EmbeddingHead":
+        return cls(weights=np.asarray(payload["weights"], dtype=np.float64),
+                   bias=np.asarray(payload["bias"], dtype=np.float64), temperature=float(payload["temperature"]),
+                   encoder=payload["encoder"], adapter_sha256=payload.get("adapter_sha256"))
+
 
 @dataclass
 class SecondEncoder:
@@ -158,20 +168,10 @@ class Artifact:
             "followup_embedded": _followup_payload(self.followup_embedded),
         }
         if self.embedding is not None:
-            payload["embedding"] = {
-                "weights": self.embedding.weights.astype(np.float32),
-                "bias": self.embedding.bias.astype(np.float64),
-                "temperature": float(self.embedding.temperature),
-                "encoder": self.embedding.encoder,
-                "adapter_sha256": self.embedding.adapter_sha256,
-            }
+            payload["embedding"] = self.embedding.to_payload()
         if self.second is not None:
-            head = self.second.head
-            payload["second"] = {
-                "weights": head.weights.astype(np.float32), "bias": head.bias.astype(np.float64),
-                "temperature": float(head.temperature), "encoder": head.encoder, "adapter_sha256": head.adapter_sha256,
-                "mean_temperature": float(self.second.mean_temperature), "below": float(self.second.below),
-            }
+            payload["second"] = {**self.second.head.to_payload(), "mean_temperature": float(self.second.mean_temperature),
+                                 "below": float(self.second.below)}
         return payload
 
     @classmethod
@@ -204,17 +204,7 @@ class Artifact:
             raise ArtifactError(f"classifier artifact's fast head has {fast.weights.shape[0]} feature rows, its features "
                                 f"{expected_rows}; rebuild it with `macaron router train`")
         emb = payload.get("embedding")
-        embedding = (
-            EmbeddingHead(
-                weights=np.asarray(emb["weights"], dtype=np.float64),
-                bias=np.asarray(emb["bias"], dtype=np.float64),
-                temperature=float(emb["temperature"]),
-                encoder=emb["encoder"],
-                adapter_sha256=emb.get("adapter_sha256"),
-            )
-            if emb
-            else None
-        )
+        embedding = EmbeddingHead.from_payload(emb) if emb else None
         turn_payload = payload.get("turn")
         turn = None
         if turn_payload:
@@ -270,28 +260,20 @@ class Artifact:
         artifact = cls.from_payload(payload)
         head = artifact.embedding
         if head is not None and head.adapter_sha256:
-            adapter_file = adapter_path_for(path)
-            found = file_sha256(adapter_file) if adapter_file.is_file() else None
-            if found != head.adapter_sha256:
-                # The head was trained on the tuned encoder's embeddings; on the frozen ones it would
-                # be wrong, so escalation goes off and the fast path answers alone.
-                logger.warning("encoder adapter %s is %s; escalation is off (fast path only)", adapter_file,
-                               "missing" if found is None else "not the one this artifact was trained with")
+            # The head was trained on the tuned encoder's embeddings; on the frozen ones it would be wrong, so
+            # escalation goes off and the fast path answers alone.
+            artifact.adapter_path = _checked_adapter(adapter_path_for(path), head.adapter_sha256,
+                                                     "encoder adapter", "escalation is off (fast path only)")
+            if artifact.adapter_path is None:
                 artifact.embedding = None
-            else:
-                artifact.adapter_path = adapter_file
         second = artifact.second
         if second is not None:
-            second_file = base_adapter_path_for(path)
-            found = file_sha256(second_file) if second_file.is_file() else None
-            if artifact.embedding is None:  # nothing to average it with
+            # Without MiniLM there is nothing to average it with; without its own adapter it reads another model.
+            second.adapter_path = None if artifact.embedding is None else _checked_adapter(
+                base_adapter_path_for(path), second.head.adapter_sha256, "base model adapter",
+                "the second escalation encoder is off")
+            if second.adapter_path is None:
                 artifact.second = None
-            elif found != second.head.adapter_sha256:  # the head would read another model
-                logger.warning("base model adapter %s is %s; the second escalation encoder is off", second_file,
-                               "missing" if found is None else "not the one this artifact was trained with")
-                artifact.second = None
-            else:
-                second.adapter_path = second_file
         return artifact
 
 
@@ -348,13 +330,21 @@ def _cue_weights(followup_payload: dict[str, Any]) -> np.ndarray:
     return weights
 
 
+def _checked_adapter(path: Path, sha256: str | None, what: str, consequence: str) -> Path | None:
+    """`path` if it is the adapter file a head was trained with (by SHA-256), else None with a warning."""
+    found = file_sha256(path) if path.is_file() else None
+    if found is not None and found == sha256:
+        return path
+    logger.warning("%s %s is %s; %s", what, path,
+                   "missing" if found is None else "not the one this artifact was trained with", consequence)
+    return None
+
+
 def _second_encoder(payload: dict[str, Any] | None) -> SecondEncoder | None:
     if not payload:
         return None
-    head = EmbeddingHead(weights=np.asarray(payload["weights"], dtype=np.float64),
-                         bias=np.asarray(payload["bias"], dtype=np.float64), temperature=float(payload["temperature"]),
-                         encoder=payload["encoder"], adapter_sha256=payload.get("adapter_sha256"))
-    return SecondEncoder(head=head, mean_temperature=float(payload["mean_temperature"]), below=float(payload["below"]))
+    return SecondEncoder(head=EmbeddingHead.from_payload(payload), mean_temperature=float(payload["mean_temperature"]),
+                         below=float(payload["below"]))
 
 
 def base_adapter_path_for(artifact_path: str | Path) -> Path:
