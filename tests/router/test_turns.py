@@ -1,5 +1,6 @@
 """The conversation decision's features (turns.py): how sure the follow-up model is beyond SURE_FOLLOWUP, the last
-turn's log-probability floored at LAST_TURN_FLOOR, and artifacts written before those features."""
+turn's log-probability floored at LAST_TURN_FLOOR, read no lower than LAST_TURN_MIN_P and set aside as the follow-up
+model grows sure (`followup_gate`), and artifacts written before those features."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import pytest
 
 from macaron.router.classifier.model import Artifact
 from macaron.router.classifier.turns import (
-    FEATURES, LAST_TURN_FLOOR, SURE_FOLLOWUP, TurnInputs, TurnModel, feature_tensor, sure_followup,
+    BEFORE_GATE, FEATURES, FOLLOWUP_GATE_FROM, LAST_TURN_FLOOR, LAST_TURN_MIN_P, SURE_FOLLOWUP, LastTurnReading,
+    TurnInputs, TurnModel, feature_tensor, followup_gate, sure_followup,
 )
 
+# every column built from the last turn's own log-probability
+LAST_TURN_COLUMNS = ("log_p_last", "short_x_log_p_last", "refers_back_x_log_p_last", "followup_x_log_p_last",
+                     "sure_followup_x_log_p_last", "floored_log_p_last")
 NEW = ("sure_followup_x_is_session", "sure_followup_x_log_p_last", "sure_followup_x_log_p_history", "floored_log_p_last")
 
 
@@ -29,8 +34,10 @@ def test_sure_follow_up_weighs_session_last_turn_and_history() -> None:
     inputs = _inputs(0.94)
     phi = feature_tensor(inputs)
     sure = (0.94 - SURE_FOLLOWUP) / (1 - SURE_FOLLOWUP)
+    read = 1.0 - followup_gate(0.94)
     np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_is_session")], [sure, 0.0, 0.0, 0.0])
-    np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_log_p_last")], sure * np.log(inputs.p_last))
+    np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_log_p_last")],
+                               read * sure * np.log(np.maximum(inputs.p_last, LAST_TURN_MIN_P)))
     np.testing.assert_allclose(phi[:, FEATURES.index("sure_followup_x_log_p_history")], sure * np.log(inputs.p_history))
     # an unsure follow-up model adds nothing beyond its plain features
     assert not feature_tensor(_inputs(0.6))[:, [FEATURES.index(n) for n in NEW[:3]]].any()
@@ -39,9 +46,44 @@ def test_sure_follow_up_weighs_session_last_turn_and_history() -> None:
 def test_last_turn_log_probability_enters_floored_beside_the_plain_one() -> None:
     inputs = _inputs(0.0)
     phi = feature_tensor(inputs)
-    np.testing.assert_allclose(phi[:, FEATURES.index("log_p_last")], np.log(inputs.p_last))
+    np.testing.assert_allclose(phi[:, FEATURES.index("log_p_last")], np.log([LAST_TURN_MIN_P, 0.05, 0.149, 0.8]))
     np.testing.assert_allclose(phi[:, FEATURES.index("floored_log_p_last")],
                                np.log([LAST_TURN_FLOOR, 0.05, 0.149, 0.8]))
+
+
+def test_followup_gate_is_zero_up_to_its_start_and_one_at_certainty() -> None:
+    assert followup_gate(0.0) == followup_gate(FOLLOWUP_GATE_FROM) == 0.0
+    assert followup_gate(1.0) == pytest.approx(1.0)
+    assert followup_gate(0.9) == pytest.approx((0.9 - FOLLOWUP_GATE_FROM) / (1 - FOLLOWUP_GATE_FROM))
+
+
+@pytest.mark.parametrize("followup", [0.3, 0.75, 0.9, 1.0])
+def test_a_sure_follow_ups_own_reading_is_set_aside_in_every_column(followup: float) -> None:
+    """Every column built from the last turn's log-probability is multiplied by 1 - followup_gate: gating only the
+    plain reading let the fit give it back through the interactions (classifier README). The history's are not."""
+    inputs = _inputs(followup)
+    phi = feature_tensor(inputs)
+    read, short = 1.0 - followup_gate(followup), 1.0 - 6 / 8
+    log_last = np.log(np.maximum(inputs.p_last, LAST_TURN_MIN_P))
+    expected = {
+        "log_p_last": log_last, "short_x_log_p_last": short * log_last, "refers_back_x_log_p_last": 0.0 * log_last,
+        "followup_x_log_p_last": followup * log_last, "sure_followup_x_log_p_last": sure_followup(followup) * log_last,
+        "floored_log_p_last": np.maximum(log_last, np.log(LAST_TURN_FLOOR)),
+    }
+    assert set(expected) == set(LAST_TURN_COLUMNS)
+    for name, column in expected.items():
+        np.testing.assert_allclose(phi[:, FEATURES.index(name)], read * column, err_msg=name)
+    np.testing.assert_allclose(phi[:, FEATURES.index("log_p_history")], np.log(inputs.p_history))
+    np.testing.assert_allclose(phi[:, FEATURES.index("followup_x_log_p_history")], followup * np.log(inputs.p_history))
+    if followup == 1.0:  # surely a follow-up: nothing of its own reading is left
+        assert not phi[:, [FEATURES.index(n) for n in LAST_TURN_COLUMNS]].any()
+
+
+def test_a_reading_under_the_minimum_counts_as_the_minimum() -> None:
+    """The fast model's 1e-5 for `code` on "what do you mean?" vetoes a code session no more than LAST_TURN_MIN_P."""
+    tiny = feature_tensor(_inputs(0.0, p_last=(1e-5, 0.05, 0.15, 0.79999)))
+    at_min = feature_tensor(_inputs(0.0, p_last=(LAST_TURN_MIN_P, 0.05, 0.15, 0.79999)))
+    np.testing.assert_allclose(tiny, at_min)
 
 
 def test_a_floored_last_turn_cannot_veto_the_history_alone() -> None:
@@ -91,7 +133,7 @@ def test_artifact_written_before_these_features_decides_as_before(fast_classifie
     theta[:, dropped] = 0.0
     for followup in (0.0, 0.5, 0.95):
         np.testing.assert_allclose(old.turn.probabilities(_inputs(followup)),
-                                   TurnModel(theta=theta).probabilities(_inputs(followup)))
+                                   TurnModel(theta=theta, reading=old.turn.reading).probabilities(_inputs(followup)))
     # the shipped artifact was trained with them, and they move a sure follow-up's decision
     assert np.abs(fast_classifier.artifact.turn.theta[:, dropped]).min() > 0.0
     assert not np.allclose(old.turn.probabilities(_inputs(0.95)),
@@ -108,3 +150,18 @@ def test_a_sure_follow_up_read_as_chat_stays_in_its_session(fast_classifier, fol
                 {"role": "user", "content": follow_up}]
     d = fast_classifier.classify(messages=messages, session="ui")
     assert d.specialist == "ui", d.probabilities
+
+
+def test_the_last_turns_reading_travels_with_the_artifact(fast_classifier) -> None:
+    """The shipped artifact stores how it read the last turn; one written before that was fitted without the gate
+    and the minimum, and decides as it was fitted."""
+    payload = fast_classifier.artifact.to_payload()
+    assert Artifact.from_payload(payload).turn.reading == fast_classifier.artifact.turn.reading == LastTurnReading()
+    older = {**payload, "turn": {k: v for k, v in payload["turn"].items()
+                                 if k not in ("last_turn_min_p", "followup_gate_from")}}
+    old = Artifact.from_payload(older).turn
+    assert old.reading == BEFORE_GATE
+    inputs = _inputs(0.95, p_last=(1e-5, 0.05, 0.15, 0.79999))
+    scores = feature_tensor(inputs, reading=BEFORE_GATE) @ old.theta[0]
+    np.testing.assert_allclose(old.probabilities(inputs), np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum())
+    assert not np.allclose(old.probabilities(inputs), fast_classifier.artifact.turn.probabilities(inputs))

@@ -22,7 +22,9 @@ from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
 from macaron.router.classifier.followup import CUES as FOLLOWUP_CUES, FollowupModel
 from macaron.router.classifier.static_embedding import StaticEmbedding
-from macaron.router.classifier.turns import FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, TurnModel
+from macaron.router.classifier.turns import (
+    BEFORE_GATE, FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, LastTurnReading, TurnModel,
+)
 from macaron.router.classifier.vectorizer import InferenceFeaturizer, TfidfVectorizer
 
 logger = logging.getLogger(__name__)
@@ -163,7 +165,8 @@ class Artifact:
             "fast_weight_when_escalated": float(self.fast_weight_when_escalated),
             "report": self.report,
             "turn": None if self.turn is None else {
-                "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64)},
+                "features": list(TURN_FEATURES), "stages": list(TURN_STAGES), "theta": self.turn.theta.astype(np.float64),
+                "last_turn_min_p": self.turn.reading.min_p, "followup_gate_from": self.turn.reading.gate_from},
             "followup": _followup_payload(self.followup),
             "followup_embedded": _followup_payload(self.followup_embedded),
         }
@@ -208,7 +211,7 @@ class Artifact:
         turn_payload = payload.get("turn")
         turn = None
         if turn_payload:
-            turn = TurnModel(theta=_turn_theta(turn_payload))
+            turn = TurnModel(theta=_turn_theta(turn_payload), reading=_last_turn_reading(turn_payload))
         return cls(
             turn=turn,
             followup=_followup_model(payload.get("followup")),
@@ -275,6 +278,14 @@ class Artifact:
             if second.adapter_path is None:
                 artifact.second = None
         return artifact
+
+
+def _last_turn_reading(turn_payload: dict[str, Any]) -> LastTurnReading:
+    """As fitted; an artifact written before the reading was stored was fitted on BEFORE_GATE."""
+    if "last_turn_min_p" not in turn_payload:
+        return BEFORE_GATE
+    start = turn_payload.get("followup_gate_from")
+    return LastTurnReading(min_p=float(turn_payload["last_turn_min_p"]), gate_from=None if start is None else float(start))
 
 
 def _turn_theta(turn_payload: dict[str, Any]) -> np.ndarray:

@@ -8,7 +8,8 @@ last turn is (a three-word follow-up says little), whether k is the session's cu
 (alone, scaled by shortness and by how unsure the last turn is), how much the last turn leans on the
 conversation (referring words, the follow-up model's probability and how sure it is beyond 0.7, each on
 the session, the last turn and the history), the last turn's log-probability floored at log 0.02 beside
-the plain one, whether the session is all there is of the past (the new turn alone, its history not
+the plain one (and every reading of the last turn held no lower than log 0.003, and set aside as the follow-up model
+grows sure beyond 0.6: `followup_gate`), whether the session is all there is of the past (the new turn alone, its history not
 resent), the history's log-probability again when no session is known (the history is then all there is of
 the past), declared tools and tool activity for `agent`, and a bias per specialist. The weights
 are fitted on multi-turn conversations of the kinds stay / continue / switch / tool loop
@@ -53,7 +54,34 @@ SURE_FOLLOWUP = 0.7
 # fast model (0.002 for `ui` on "make it a bit nicer") rules a specialist out no more than a small one does.
 LAST_TURN_FLOOR = 0.02
 LOG_LAST_TURN_FLOOR = float(np.log(LAST_TURN_FLOOR))
+# The last turn's probabilities are read no lower than LAST_TURN_MIN_P anywhere: the fast model is confidently wrong
+# on turns that carry no domain ("what do you mean?" as `chat` at 0.999, so `code` at 1e-5), and a log-probability
+# of -11 outweighed everything the session and the history said. Held out, 0.003 kept more stays and more switches
+# than 1e-3 or 0.01 (classifier README, "the last turn's reading set aside for a sure follow-up").
+LAST_TURN_MIN_P = 0.003
+# The last turn's reading is set aside as the follow-up model grows sure: every column built from the last turn's
+# log-probability is multiplied by 1 - `followup_gate`, which is 0 up to FOLLOWUP_GATE_FROM and 1 at 1. "why?" read
+# as `chat` at 0.99 says nothing about a code session once the turn is surely a follow-up. The interactions are gated
+# too: gating only the plain reading let the fit give it back through them.
+FOLLOWUP_GATE_FROM = 0.6
 STAGES = ("fast", "escalated")  # one weight vector per stage: the embedding model errs differently
+
+
+@dataclass(frozen=True, slots=True)
+class LastTurnReading:
+    """How the last turn's probabilities enter the features: held no lower than `min_p`, and set aside by
+    `followup_gate` from `gate_from` on (None: never). Stored with the conversation model, so an artifact fitted
+    before the gate (`BEFORE_GATE`) keeps deciding as it was fitted."""
+
+    min_p: float = LAST_TURN_MIN_P
+    gate_from: float | None = FOLLOWUP_GATE_FROM
+
+    def read(self, followup: float) -> float:
+        """The share of the last turn's own reading that counts."""
+        return 1.0 if self.gate_from is None else 1.0 - followup_gate(followup, self.gate_from)
+
+
+BEFORE_GATE = LastTurnReading(min_p=1e-6, gate_from=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,18 +116,25 @@ def sure_followup(followup: float) -> float:
     return max(0.0, followup - SURE_FOLLOWUP) / (1.0 - SURE_FOLLOWUP)
 
 
+def followup_gate(followup: float, start: float = FOLLOWUP_GATE_FROM) -> float:
+    """How much of the last turn's own reading is set aside: 0 up to `start`, rising to 1 at 1."""
+    return max(0.0, followup - start) / (1.0 - start)
+
+
 def shortness(words: int) -> float:
     return max(0.0, 1.0 - words / SHORT_TURN_WORDS)
 
 
-def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np.ndarray:
+def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent"),
+                   reading: LastTurnReading = LastTurnReading()) -> np.ndarray:
     """(n_labels, n_features): φ_k for every candidate k."""
     n = len(inputs.p_last)
     phi = np.zeros((n, len(FEATURES)))
     short = shortness(inputs.last_words)
-    log_last = np.log(np.clip(inputs.p_last, 1e-6, 1.0))
-    phi[:, 0] = log_last
-    phi[:, 3] = short * log_last
+    log_last = np.log(np.clip(inputs.p_last, reading.min_p, 1.0))
+    read = reading.read(inputs.followup)
+    phi[:, 0] = read * log_last
+    phi[:, 3] = read * short * log_last
     if inputs.p_history is not None:
         log_hist = np.log(np.clip(inputs.p_history, 1e-6, 1.0))
         phi[:, 1] = log_hist
@@ -119,10 +154,10 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent")) -> np
             continue  # its columns stay 0
         if inputs.session is not None:
             phi[inputs.session, first] = lean
-        phi[:, first + 1] = lean * log_last
+        phi[:, first + 1] = read * lean * log_last
         if inputs.p_history is not None:
             phi[:, first + 2] = lean * log_hist
-    phi[:, 18] = np.maximum(log_last, LOG_LAST_TURN_FLOOR)
+    phi[:, 18] = read * np.maximum(log_last, LOG_LAST_TURN_FLOOR)
     if inputs.session is not None and inputs.p_history is None:
         # the new turn alone (a client that keeps the conversation on the server): the session is all that
         # speaks for the past, so how much it weighs then is learned apart from when the history is resent
@@ -140,9 +175,10 @@ class TurnModel:
     """θ over FEATURES, one row per stage; `probabilities(inputs)` is the conversation's decision."""
 
     theta: np.ndarray  # (len(STAGES), len(FEATURES))
+    reading: LastTurnReading = LastTurnReading()
 
     def probabilities(self, inputs: TurnInputs, *, escalated: bool = False) -> np.ndarray:
-        scores = feature_tensor(inputs) @ self.theta[int(escalated)]
+        scores = feature_tensor(inputs, reading=self.reading) @ self.theta[int(escalated)]
         scores -= scores.max()
         e = np.exp(scores)
         return e / e.sum()
