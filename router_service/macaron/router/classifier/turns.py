@@ -134,8 +134,9 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent"),
     short = shortness(inputs.last_words)
     log_last = np.log(np.clip(inputs.p_last, reading.min_p, 1.0))
     read = reading.read(inputs.followup)
-    phi[:, 0] = read * log_last
-    phi[:, 3] = read * short * log_last
+    last = read * log_last  # the last turn's own reading, as much of it as counts
+    phi[:, 0] = last
+    phi[:, 3] = short * last
     if inputs.p_history is not None:
         log_hist = np.log(np.clip(inputs.p_history, 1e-6, 1.0))
         phi[:, 1] = log_hist
@@ -155,7 +156,7 @@ def feature_tensor(inputs: TurnInputs, agent: int = LABELS.index("agent"),
             continue  # its columns stay 0
         if inputs.session is not None:
             phi[inputs.session, first] = lean
-        phi[:, first + 1] = read * lean * log_last
+        phi[:, first + 1] = lean * last
         if inputs.p_history is not None:
             phi[:, first + 2] = lean * log_hist
     phi[:, 18] = read * np.maximum(log_last, LOG_LAST_TURN_FLOOR)
