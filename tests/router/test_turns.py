@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from macaron.router.classifier.model import Artifact
+from macaron.router.classifier.model import Artifact, softmax
 from macaron.router.classifier.turns import (
     BEFORE_GATE, FEATURES, FOLLOWUP_GATE_FROM, LAST_TURN_FLOOR, LAST_TURN_MIN_P, SURE_FOLLOWUP, LastTurnReading,
     TurnInputs, TurnModel, feature_tensor, followup_gate, sure_followup,
@@ -162,6 +162,5 @@ def test_the_last_turns_reading_travels_with_the_artifact(fast_classifier) -> No
     old = Artifact.from_payload(older).turn
     assert old.reading == BEFORE_GATE
     inputs = _inputs(0.95, p_last=(1e-5, 0.05, 0.15, 0.79999))
-    scores = feature_tensor(inputs, reading=BEFORE_GATE) @ old.theta[0]
-    np.testing.assert_allclose(old.probabilities(inputs), np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum())
+    np.testing.assert_allclose(old.probabilities(inputs), softmax(feature_tensor(inputs, reading=BEFORE_GATE) @ old.theta[0]))
     assert not np.allclose(old.probabilities(inputs), fast_classifier.artifact.turn.probabilities(inputs))

@@ -285,7 +285,8 @@ def _last_turn_reading(turn_payload: dict[str, Any]) -> LastTurnReading:
     if "last_turn_min_p" not in turn_payload:
         return BEFORE_GATE
     start = turn_payload.get("followup_gate_from")
-    return LastTurnReading(min_p=float(turn_payload["last_turn_min_p"]), gate_from=None if start is None else float(start))
+    return LastTurnReading(min_p=float(turn_payload["last_turn_min_p"]),
+                           gate_from=None if start is None else float(start))
 
 
 def _turn_theta(turn_payload: dict[str, Any]) -> np.ndarray:

@@ -8,9 +8,9 @@ last turn is (a three-word follow-up says little), whether k is the session's cu
 (alone, scaled by shortness and by how unsure the last turn is), how much the last turn leans on the
 conversation (referring words, the follow-up model's probability and how sure it is beyond 0.7, each on
 the session, the last turn and the history), the last turn's log-probability floored at log 0.02 beside
-the plain one (and every reading of the last turn held no lower than log 0.003, and set aside as the follow-up model
-grows sure beyond 0.6: `followup_gate`), whether the session is all there is of the past (the new turn alone, its history not
-resent), the history's log-probability again when no session is known (the history is then all there is of
+the plain one (every reading of the last turn held no lower than log 0.003 and set aside as the
+follow-up model grows sure beyond 0.6: `LastTurnReading`), whether the session is all there is of the
+past (the new turn alone, its history not resent), the history's log-probability again when no session is known (the history is then all there is of
 the past), declared tools and tool activity for `agent`, and a bias per specialist. The weights
 are fitted on multi-turn conversations of the kinds stay / continue / switch / tool loop
 (multiturn_data.py), so stickiness, the weight of history and the pull of declared tools are learned
