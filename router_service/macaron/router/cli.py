@@ -1,7 +1,9 @@
-"""`macaron router [serve|train|eval]`: the L0 router's gRPC server and its classifier tools.
+"""`macaron router [serve|train|refit-turns|eval]`: the L0 router's gRPC server and its classifier tools.
 
 Plain `macaron router` serves, as the Helm chart runs it. `train` builds the specialist
-classifier's artifact; `eval` prints its metrics on a JSONL file as one JSON object.
+classifier's artifact; `refit-turns` refits only its conversation decision on new multi-turn data, from
+the inputs `train --save-turn-inputs` kept (turn_refit.py); `eval` prints its metrics on a JSONL file as
+one JSON object.
 Heavy imports stay inside the handlers so `macaron --help` stays fast.
 """
 
@@ -11,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from macaron.router.serve_cli import add_serve_arguments
 
@@ -21,6 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="router_command", metavar="SUBCOMMAND")
     add_serve_arguments(sub.add_parser("serve", help="Serve the L0 router over gRPC (the default)."))
     add_train_parser(sub)
+    add_refit_turns_parser(sub)
     add_eval_parser(sub)
 
 
@@ -49,7 +53,25 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
                    help="A repository with fewer lines of a class than this gets its share of the class in proportion; "
                    "0 gives every repository a full share (default: the training config's).")
     p.add_argument("--report", help="Also write the training report (hold-out and dev metrics) as JSON here.")
+    p.add_argument("--save-turn-inputs", metavar="FILE",
+                   help="Also keep the conversation step's inputs here, so `macaron router refit-turns` can refit the "
+                   "conversation decision alone on new multi-turn data (minutes instead of a full train).")
     p.set_defaults(func=_train)
+
+
+def add_refit_turns_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "refit-turns",
+        help="Refit only the conversation decision and follow-up models on the current multi-turn data, from the "
+        "inputs `macaron router train --save-turn-inputs` kept (the rest of the artifact is unchanged).",
+    )
+    p.add_argument("--inputs", required=True, metavar="FILE", help="What `macaron router train --save-turn-inputs` kept.")
+    p.add_argument("--artifact", help="The artifact that train wrote (default: the one shipped inside the package).")
+    p.add_argument("--data-dir", help="Folder with train.jsonl, multiturn_train.jsonl and multiturn_dev.jsonl "
+                   "(default: the shipped copy, or $MACARON_ROUTING_DATA).")
+    p.add_argument("--out", help="Artifact to write (default: the one given as --artifact, replaced).")
+    p.add_argument("--report", help="Also write the updated training report as JSON here.")
+    p.set_defaults(func=_refit_turns)
 
 
 def add_eval_parser(commands: argparse._SubParsersAction) -> None:
@@ -91,7 +113,8 @@ def _train(args: argparse.Namespace) -> int:
             return 2
         config = dataclasses.replace(config, static_dims=args.static_dims)
     try:
-        artifact = train(args.data_dir, config, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        artifact = train(args.data_dir, config, progress=lambda m: print(m, file=sys.stderr, flush=True),
+                         save_turn_inputs=args.save_turn_inputs)
         dev = load_jsonl(find_data_dir(args.data_dir) / "dev.jsonl")
     except ClassifierError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -99,20 +122,55 @@ def _train(args: argparse.Namespace) -> int:
     print("evaluating on dev.jsonl", file=sys.stderr, flush=True)
     classifier = SpecialistClassifier(artifact, _settings(args))
     artifact.report["dev"] = evaluate(classifier, dev)
-    multiturn_dev = find_data_dir(args.data_dir) / "multiturn_dev.jsonl"
-    if artifact.turn is not None and multiturn_dev.is_file():
+    _evaluate_multiturn_dev(classifier, args.data_dir)
+    out = artifact.save(args.out or SHIPPED_ARTIFACT)
+    _write_report(artifact, out, args.report)
+    return 0
+
+
+def _evaluate_multiturn_dev(classifier, data_dir: str | None) -> None:
+    """The conversation decision on multiturn_dev.jsonl, into the artifact's report (as every train does)."""
+    from macaron.router.classifier.data import find_data_dir, load_jsonl
+    from macaron.router.classifier.evaluate import evaluate
+
+    multiturn_dev = find_data_dir(data_dir) / "multiturn_dev.jsonl"
+    if classifier.artifact.turn is not None and multiturn_dev.is_file():
         print("evaluating on multiturn_dev.jsonl", file=sys.stderr, flush=True)
         report = evaluate(classifier, load_jsonl(multiturn_dev))
-        artifact.report["multiturn_dev"] = {k: report[k] for k in ("n", "accuracy", "multiturn", "multiturn_fast",
-                                                                    "escalation_rate")}
-    out = artifact.save(args.out or SHIPPED_ARTIFACT)
-    summary = {"artifact": str(out), **_headline(artifact.report)}
-    # The report travels beside the artifact (hold-out per repository, curves, dev metrics).
-    for path in filter(None, (out.with_suffix(".report.json"), args.report)):
+        classifier.artifact.report["multiturn_dev"] = {
+            k: report[k] for k in ("n", "accuracy", "multiturn", "multiturn_fast", "escalation_rate")}
+
+
+def _write_report(artifact, out: Path, extra: str | None) -> None:
+    """The report travels beside the artifact (hold-out per repository, curves, dev metrics); the headline is printed."""
+    for path in filter(None, (out.with_suffix(".report.json"), extra)):
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(artifact.report, handle, indent=2, sort_keys=True)
             handle.write("\n")
-    print(json.dumps(summary))
+    print(json.dumps({"artifact": str(out), **_headline(artifact.report)}))
+
+
+def _refit_turns(args: argparse.Namespace) -> int:
+    from macaron.router.classifier.data import find_data_dir, load_jsonl
+    from macaron.router.classifier.decision import SpecialistClassifier
+    from macaron.router.classifier.errors import ClassifierError
+    from macaron.router.classifier.model import SHIPPED_ARTIFACT, Artifact, file_sha256
+    from macaron.router.classifier.turn_refit import TurnStepInputs, refit, save_beside
+
+    source = Path(args.artifact) if args.artifact else SHIPPED_ARTIFACT
+    try:
+        folder = find_data_dir(args.data_dir)
+        multiturn_file = folder / "multiturn_train.jsonl"
+        artifact = refit(TurnStepInputs.load(args.inputs), Artifact.load(source), load_jsonl(multiturn_file),
+                         train_sha256=file_sha256(folder / "train.jsonl"),
+                         progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except ClassifierError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    artifact.report.setdefault("data", {})["multiturn_train_sha256"] = file_sha256(multiturn_file)
+    _evaluate_multiturn_dev(SpecialistClassifier(artifact, _settings(args)), args.data_dir)
+    out = save_beside(artifact, source, args.out or source)
+    _write_report(artifact, out, args.report)
     return 0
 
 

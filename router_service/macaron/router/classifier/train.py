@@ -29,6 +29,7 @@ gives the same artifact.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -311,6 +312,7 @@ def train(
     multiturn_examples: Sequence[Example] | None = None,
     progress: Callable[[str], None] | None = None,
     static: StaticEmbedding | None = None,
+    save_turn_inputs: str | Path | None = None,
 ) -> Artifact:
     """Trains both models and chooses calibration and escalation on source hold-out.
 
@@ -318,7 +320,8 @@ def train(
     embeddings_cache.py); with `config.escalation` false no embedding model is trained.
     `train_examples` replaces train.jsonl and `multiturn_examples` multiturn_train.jsonl (tests
     train on subsets). dev is never read here. `static`: the fast path's static features, already
-    distilled (default: distilled here when `config.static_dims` is set).
+    distilled (default: distilled here when `config.static_dims` is set). `save_turn_inputs`: a file to keep the
+    conversation step's inputs in, for `turn_refit.refit` (`macaron router refit-turns`).
     Without hold-out, nothing is calibrated and the escalation knobs keep untuned defaults
     (threshold 0.7, equal pooling).
     """
@@ -331,12 +334,13 @@ def train(
     if train_examples is None:
         folder = find_data_dir(data_dir)
         train_examples = load_jsonl(folder / "train.jsonl")
-        if multiturn_examples is None and config.multiturn and (folder / "multiturn_train.jsonl").is_file():
-            multiturn_examples = load_jsonl(folder / "multiturn_train.jsonl")
         data_info = {
             "train_sha256": file_sha256(folder / "train.jsonl"),
             "dev_sha256": file_sha256(folder / "dev.jsonl"),
         }
+        if multiturn_examples is None and config.multiturn and (folder / "multiturn_train.jsonl").is_file():
+            multiturn_examples = load_jsonl(folder / "multiturn_train.jsonl")
+            data_info["multiturn_train_sha256"] = file_sha256(folder / "multiturn_train.jsonl")
     texts = [training_text(e, config.max_chars) for e in train_examples]
     y = np.array([LABELS.index(e.label) for e in train_examples])
     repos = np.array([e.repository for e in train_examples])
@@ -459,11 +463,25 @@ def train(
         say(f"conversation decision on {len(multiturn_examples)} multi-turn conversations")
         # Step 6: with hold-out and escalation, the threshold is chosen on both hold-outs.
         curve = report.get("holdout", {}).get("escalation_curve") if head is not None else None
+        step_embed, saved_curve = embed, copy.deepcopy(curve)
+        if save_turn_inputs is not None and embed is not None and head is not None:
+            from macaron.router.classifier.turn_refit import RecordingEmbed
+
+            step_embed = RecordingEmbed(embed)
         artifact.turn, (artifact.followup, artifact.followup_embedded), report["multiturn_holdout"], chosen = _train_turns(
-            multiturn_examples, texts, oof, fast, head, embed, config, repos=repos,
+            multiturn_examples, texts, oof, fast, head, step_embed, config, repos=repos,
             fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
             curve=curve,
         )
+        if save_turn_inputs is not None:
+            from macaron.router.classifier.turn_refit import TurnStepInputs
+
+            TurnStepInputs(
+                texts=list(texts), oof=oof, fast=fast, head=head, config=config, repos=repos, fast_t=fast_t,
+                embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, curve=saved_curve,
+                embeddings=getattr(step_embed, "seen", {}), train_sha256=data_info.get("train_sha256", ""),
+            ).save(save_turn_inputs)
+            say(f"  conversation step's inputs kept in {save_turn_inputs} (`macaron router refit-turns`)")
         report["turn_weights"] = artifact.turn.weights()
         report["followup_cue_weights"] = artifact.followup.cue_weights_by_name()
         if artifact.followup_embedded is not None:

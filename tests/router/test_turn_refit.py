@@ -1,0 +1,114 @@
+"""Refitting the conversation decision alone (turn_refit.py, `macaron router refit-turns`): on the inputs a train
+kept it gives what a full train on the same multi-turn data gives, and it refuses where it could not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from macaron.cli import main
+from macaron.router.classifier.data import load_jsonl
+from macaron.router.classifier.model import Artifact, adapter_path_for, base_adapter_path_for
+from macaron.router.classifier.train import TrainConfig, train
+from macaron.router.classifier.turn_refit import RefitError, TurnStepInputs, refit, save_beside
+
+from .conftest import subset
+
+CONFIG = TrainConfig(escalation=False, holdout=False)
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory, train_examples, routing_data_dir):
+    """A small train that kept its conversation step's inputs, and the multi-turn data it was fitted on."""
+    path = tmp_path_factory.mktemp("refit") / "turn_inputs.joblib"
+    multiturn = load_jsonl(routing_data_dir / "multiturn_train.jsonl")
+    artifact = train(config=CONFIG, train_examples=subset(train_examples, every=24),
+                     multiturn_examples=subset(multiturn, every=16), save_turn_inputs=path)
+    return artifact, path, multiturn
+
+
+def _copy(artifact: Artifact) -> Artifact:
+    return Artifact.from_payload(artifact.to_payload())
+
+
+def test_a_refit_on_the_same_data_gives_what_the_train_gave(kept) -> None:
+    artifact, path, multiturn = kept
+    again = refit(TurnStepInputs.load(path), _copy(artifact), subset(multiturn, every=16))
+    np.testing.assert_allclose(again.turn.theta, artifact.turn.theta, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(again.followup.weights, artifact.followup.weights, rtol=0, atol=1e-6)
+    assert again.report["multiturn_holdout"]["pooled"] == artifact.report["multiturn_holdout"]["pooled"]
+    assert again.report["turn_refit"]["n_multiturn"] == len(subset(multiturn, every=16))
+
+
+def test_a_refit_on_new_data_gives_what_a_full_train_on_it_gives(kept, train_examples) -> None:
+    artifact, path, multiturn = kept
+    other = subset(multiturn, every=16, offset=3)
+    full = train(config=CONFIG, train_examples=subset(train_examples, every=24), multiturn_examples=other)
+    again = refit(TurnStepInputs.load(path), _copy(artifact), other)
+    assert not np.allclose(again.turn.theta, artifact.turn.theta)
+    np.testing.assert_allclose(again.turn.theta, full.turn.theta, rtol=0, atol=1e-9)
+    assert again.report["multiturn_holdout"]["pooled"] == full.report["multiturn_holdout"]["pooled"]
+    np.testing.assert_allclose(again.fast.weights, artifact.fast.weights, atol=1e-6)  # the single-turn parts as they were
+
+
+def _hashed_embed(texts) -> np.ndarray:
+    """A stand-in sentence encoder: 16 deterministic numbers per text."""
+    import hashlib
+
+    rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:16], dtype=np.uint8) / 255.0 - 0.5 for t in texts]
+    return np.stack(rows) if rows else np.zeros((0, 16))
+
+
+def test_a_refit_reads_the_embeddings_the_train_computed(tmp_path, train_examples, routing_data_dir) -> None:
+    """With escalation the step embeds the follow-up model's short turns; the refit reads them from the file, so it
+    needs no encoder and gives the train's decision."""
+    config = TrainConfig(escalation=True, holdout=False)
+    multiturn = subset(load_jsonl(routing_data_dir / "multiturn_train.jsonl"), every=32)
+    artifact = train(config=config, train_examples=subset(train_examples, every=32), multiturn_examples=multiturn,
+                     embed=_hashed_embed, save_turn_inputs=tmp_path / "inputs.joblib")
+    inputs = TurnStepInputs.load(tmp_path / "inputs.joblib")
+    assert artifact.followup_embedded is not None and len(inputs.embeddings) > 100
+    again = refit(inputs, _copy(artifact), multiturn)
+    np.testing.assert_allclose(again.turn.theta, artifact.turn.theta, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(again.followup_embedded.embedding_weights, artifact.followup_embedded.embedding_weights,
+                               rtol=0, atol=1e-9)
+    moved = _copy(artifact)
+    moved.escalation_threshold = 0.9  # an artifact fitted at another threshold than the step would choose
+    with pytest.raises(RefitError, match="threshold would move"):
+        refit(TurnStepInputs.load(tmp_path / "inputs.joblib"), moved, multiturn)
+
+
+def test_a_refit_refuses_another_fast_model_or_changed_training_data(kept) -> None:
+    artifact, path, multiturn = kept
+    inputs = TurnStepInputs.load(path)
+    other = _copy(artifact)
+    other.fast = dataclasses.replace(other.fast, weights=other.fast.weights + 0.01)
+    with pytest.raises(RefitError, match="fast model is not the one"):
+        refit(inputs, other, subset(multiturn, every=16))
+    with pytest.raises(RefitError, match="train.jsonl changed"):
+        refit(dataclasses.replace(inputs, train_sha256="a" * 64), _copy(artifact), subset(multiturn, every=16),
+              train_sha256="b" * 64)
+    with pytest.raises(RefitError, match="no multi-turn examples"):
+        refit(inputs, _copy(artifact), [])
+
+
+def test_refit_turns_says_how_to_get_the_inputs(tmp_path, capsys) -> None:
+    assert main(["router", "refit-turns", "--inputs", str(tmp_path / "missing.joblib")]) == 2
+    assert "macaron router train --save-turn-inputs" in capsys.readouterr().err
+    (tmp_path / "foreign.joblib").write_bytes(b"not a joblib file")
+    assert main(["router", "refit-turns", "--inputs", str(tmp_path / "foreign.joblib")]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+
+
+def test_a_refitted_artifact_saved_elsewhere_keeps_its_encoder_adapters(kept, tmp_path) -> None:
+    artifact, _, _ = kept
+    source = tmp_path / "in" / "specialist_classifier.joblib"
+    artifact.save(source)
+    for sidecar, content in ((adapter_path_for, b"minilm adapter"), (base_adapter_path_for, b"base adapter")):
+        sidecar(source).write_bytes(content)
+    out = save_beside(Artifact.load(source), source, tmp_path / "out" / "specialist_classifier.joblib")
+    assert adapter_path_for(out).read_bytes() == b"minilm adapter"
+    assert base_adapter_path_for(out).read_bytes() == b"base adapter"
+    assert Artifact.load(out).turn is not None
