@@ -463,7 +463,7 @@ def train(
         say(f"conversation decision on {len(multiturn_examples)} multi-turn conversations")
         # Step 6: with hold-out and escalation, the threshold is chosen on both hold-outs.
         curve = report.get("holdout", {}).get("escalation_curve") if head is not None else None
-        step_embed, saved_curve = embed, copy.deepcopy(curve)
+        step_embed, saved_curve, start_threshold = embed, copy.deepcopy(curve), artifact.escalation_threshold
         if save_turn_inputs is not None and embed is not None and head is not None:
             from macaron.router.classifier.turn_refit import RecordingEmbed
 
@@ -478,7 +478,7 @@ def train(
 
             TurnStepInputs(
                 texts=list(texts), oof=oof, fast=fast, head=head, config=config, repos=repos, fast_t=fast_t,
-                embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, curve=saved_curve,
+                embed_t=embed_t, threshold=start_threshold, alpha=alpha, curve=saved_curve,
                 embeddings=getattr(step_embed, "seen", {}), train_sha256=data_info.get("train_sha256", ""),
             ).save(save_turn_inputs)
             say(f"  conversation step's inputs kept in {save_turn_inputs} (`macaron router refit-turns`)")
@@ -492,6 +492,8 @@ def train(
             if chosen != threshold:
                 artifact.escalation_threshold = chosen
                 report["holdout"].update(holdout.summarize(oof.y, oof.groups, p_fast, p_embed, chosen, alpha))
+    elif save_turn_inputs is not None:
+        say("no multi-turn data, so no conversation step and no inputs of it to keep")
     if config.second_encoder and use_tuned and oof is not None and p_embed is not None:
         from macaron.router.classifier import base_encoder
 
