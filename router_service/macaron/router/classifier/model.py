@@ -249,17 +249,9 @@ class Artifact:
 
     @classmethod
     def load(cls, path: str | Path) -> "Artifact":
-        import joblib
-
         path = Path(path)
-        if not path.is_file():
-            raise ArtifactError(
-                f"classifier artifact {path} does not exist; build it with `macaron router train`"
-            )
-        try:
-            payload = joblib.load(path)
-        except Exception as exc:  # a truncated or foreign file
-            raise ArtifactError(f"classifier artifact {path} cannot be read ({exc}); rebuild it") from exc
+        payload = read_joblib(path, ArtifactError, f"classifier artifact {path}", "build it with `macaron router train`",
+                              "rebuild it")
         artifact = cls.from_payload(payload)
         head = artifact.embedding
         if head is not None and head.adapter_sha256:
@@ -278,6 +270,18 @@ class Artifact:
             if second.adapter_path is None:
                 artifact.second = None
         return artifact
+
+
+def read_joblib(path: Path, error: type[Exception], what: str, when_missing: str, when_unreadable: str) -> Any:
+    """A joblib file's payload, else `error` naming `what` and what to do (no file / a truncated or foreign one)."""
+    import joblib
+
+    if not path.is_file():
+        raise error(f"{what} does not exist; {when_missing}")
+    try:
+        return joblib.load(path)
+    except Exception as exc:  # a truncated or foreign file
+        raise error(f"{what} cannot be read ({exc}); {when_unreadable}") from exc
 
 
 def _last_turn_reading(turn_payload: dict[str, Any]) -> LastTurnReading:

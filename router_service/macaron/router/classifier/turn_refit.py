@@ -26,7 +26,9 @@ import numpy as np
 
 from macaron.router.classifier.data import Example
 from macaron.router.classifier.errors import ClassifierError
-from macaron.router.classifier.model import Artifact, EmbeddingHead, FastModel, adapter_path_for, base_adapter_path_for
+from macaron.router.classifier.model import (
+    Artifact, EmbeddingHead, FastModel, adapter_path_for, base_adapter_path_for, read_joblib,
+)
 
 FORMAT = 1
 
@@ -80,16 +82,9 @@ class TurnStepInputs:
 
     @classmethod
     def load(cls, path: str | Path) -> "TurnStepInputs":
-        import joblib
-
         path = Path(path)
-        if not path.is_file():
-            raise RefitError(f"{path} does not exist; write it with `macaron router train --save-turn-inputs {path}`")
-        try:
-            payload = joblib.load(path)
-        except Exception as exc:  # a truncated or foreign file
-            raise RefitError(f"{path} cannot be read ({exc}); write it again with `macaron router train "
-                             "--save-turn-inputs`") from exc
+        payload = read_joblib(path, RefitError, str(path), f"write it with `macaron router train --save-turn-inputs {path}`",
+                              "write it again with `macaron router train --save-turn-inputs`")
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise RefitError(f"{path} is not a conversation step's inputs of this version; write it again with "
                              "`macaron router train --save-turn-inputs`")
