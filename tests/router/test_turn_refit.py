@@ -102,6 +102,29 @@ def test_refit_turns_says_how_to_get_the_inputs(tmp_path, capsys) -> None:
     assert "cannot be read" in capsys.readouterr().err
 
 
+def test_refit_turns_writes_the_refitted_artifact_and_its_report(kept, tmp_path, routing_data_dir, capsys) -> None:
+    """The command end to end: the data folder's multi-turn file, the artifact beside its report, the data's hash."""
+    import json
+
+    artifact, path, multiturn = kept
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_bytes((routing_data_dir / "train.jsonl").read_bytes())
+    other = (routing_data_dir / "multiturn_train.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[3::16]
+    (data / "multiturn_train.jsonl").write_text("".join(other), encoding="utf-8")
+    source = artifact.save(tmp_path / "in" / "specialist_classifier.joblib")
+    out = tmp_path / "out" / "specialist_classifier.joblib"
+    assert main(["router", "refit-turns", "--inputs", str(path), "--artifact", str(source), "--data-dir", str(data),
+                 "--out", str(out)]) == 0
+    expected = refit(TurnStepInputs.load(path), Artifact.load(source), subset(multiturn, every=16, offset=3))
+    written = Artifact.load(out)
+    np.testing.assert_allclose(written.turn.theta, expected.turn.theta, rtol=0, atol=1e-9)
+    report = json.loads(out.with_suffix(".report.json").read_text(encoding="utf-8"))
+    assert report["turn_refit"]["n_multiturn"] == len(other)
+    assert len(report["data"]["multiturn_train_sha256"]) == 64
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["artifact"] == str(out)
+
+
 def test_a_refitted_artifact_saved_elsewhere_keeps_its_encoder_adapters(kept, tmp_path) -> None:
     artifact, _, _ = kept
     source = tmp_path / "in" / "specialist_classifier.joblib"
