@@ -76,10 +76,13 @@ async def test_abort_and_disconnect_free_the_row_at_once(aengine):
     for it in iters:
         await it.__anext__()
     assert {s.rid for s in engine.scheduler.running} == {"a0", "a1", "a2"}
-    used = len(engine.block_manager.used_block_ids)
+    # a0's own row, not the pool's count: the engine keeps decoding a1 and a2 meanwhile, and a block either of them
+    # takes between two reads of the pool left its size unchanged (seen once in CI)
+    row = next(s for s in engine.scheduler.running if s.rid == "a0")
+    assert row.block_table
     assert await aengine.abort("a0") is True
     assert "a0" not in {s.rid for s in engine.scheduler.running}
-    assert len(engine.block_manager.used_block_ids) < used
+    assert row.block_table == [] and row.num_computed_tokens == 0  # its blocks went back at once
     rest = [o async for o in iters[0]]
     assert rest[-1].finish_reason["type"] == "abort"
     await iters[1].aclose()  # the client went away
