@@ -6,8 +6,9 @@
 Accuracy: dev.jsonl with the shipped artifact (escalating as in production). Source hold-out:
 mean over held-out source repositories of the escalating classifier's accuracy; --quick reads
 it from the artifact's training report (measured by the same code at `macaron router train`),
-the full run re-trains every fold. External: external.jsonl, prompts of a source no split of the
-routing data reads (chat and code only so far). Latency: per decision on this thread, pinned to one core
+the full run re-trains every fold. External: external.jsonl, prompts of sources no split of the
+routing data reads (all four specialists), and external_multiturn.jsonl, conversations built from them
+(a generative-UI benchmark's real revision turns as stays; switches into and out of `ui`). Latency: per decision on this thread, pinned to one core
 with torch on one thread; the embedding model is loaded before timing. Multi-turn:
 multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
 session's specialist; `multiturn_switch_confident` is the switches whose new turn alone the fast path
@@ -103,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     if external:
         log(f"external (never trained on): accuracy {external['accuracy']}, macro-F1 {external['macro_f1']}, "
             f"escalation {external['escalation_rate']}")
+    external_turns_path = data_dir / "external_multiturn.jsonl"
+    external_turns: dict = (evaluate(classifier, load_jsonl(external_turns_path)).get("multiturn", {})
+                            if external_turns_path.is_file() else {})
+    if external_turns:
+        log(f"external multi-turn: stay {external_turns.get('stay')}, switch {external_turns.get('switch')} "
+            f"(confident {external_turns.get('switch_confident')})")
 
     passes = args.passes or (1 if args.quick else 3)
     n = 0
@@ -192,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         "dev_code_recall": result["per_class"]["code"]["recall"],
         "external_accuracy": external.get("accuracy"),
         "external_macro_f1": external.get("macro_f1"),
+        "external_per_class": external.get("per_class"),
+        "external_multiturn_stay": external_turns.get("stay"),
+        "external_multiturn_switch": external_turns.get("switch"),
+        "external_multiturn_switch_confident": external_turns.get("switch_confident"),
         "dev_escalation_rate": result["escalation_rate"],
         "dev_second_encoder_rate": result["second_encoder_rate"],
         "external_second_encoder_rate": external.get("second_encoder_rate"),

@@ -53,14 +53,73 @@ def test_write_drops_texts_training_holds(tmp_path: Path) -> None:
     (data / "dev.jsonl").write_text("")
     counts = es.write(data, tmp_path / "root")
     lines = [json.loads(x) for x in (data / es.EXTERNAL_FILE).read_text().splitlines()]
-    assert counts == {"code": 4, "chat": 3} and len(lines) == 7
+    assert counts == {"code": 4, "chat": 3, "multiturn": {}} and len(lines) == 7
     assert all(line["source"].startswith("nlpxucan/WizardLM:") and line["license"] for line in lines)
 
 
-def test_shipped_external_set_is_never_trained_on(routing_data_dir: Path) -> None:
+def test_shipped_external_sets_are_never_trained_on(routing_data_dir: Path) -> None:
     external = [json.loads(x) for x in (routing_data_dir / es.EXTERNAL_FILE).read_text().splitlines() if x]
     assert len(external) >= 200
-    assert {e["label"] for e in external} <= {"chat", "agent", "code", "ui"}
+    assert {e["label"] for e in external} == {"chat", "agent", "code", "ui"}
+    turns = [json.loads(x) for x in (routing_data_dir / es.EXTERNAL_MULTITURN_FILE).read_text().splitlines() if x]
+    assert {t["kind"] for t in turns} == {"stay", "switch"}
     trained = es.training_texts(routing_data_dir)
-    shared = [e["text"] for e in external if es.normalise(e["text"]) in trained]
+    texts = [e["text"] for e in external] + [m["content"] for t in turns for m in t["messages"]]
+    shared = [t for t in texts if es.normalise(t) in trained]
     assert not shared, f"external texts in train/dev: {shared[:3]}"
+
+
+def _agent_and_ui_sources(root: Path) -> None:
+    jarvis = root / "microsoft" / "JARVIS" / "taskbench" / "data_dailylifeapis"
+    jarvis.mkdir(parents=True)
+    jarvis.joinpath("user_requests.json").write_text("".join(
+        json.dumps({"id": str(i), "user_request": f"Book a table for {i} people at Example Bistro tonight. "})
+        + "\n" for i in range(es.TASKBENCH_SAMPLE + 20)), encoding="utf-8")
+    rest = root / "Yifan-Song793" / "RestGPT" / "datasets"
+    rest.mkdir(parents=True)
+    rest.joinpath("spotify.json").write_text(json.dumps([{"query": "Skip to the next track", "solution": []}]))
+    evo = root / "MAPS-research" / "EvoGenUI-Bench" / "bench" / "task_subsets" / "interactive_ui_50"
+    evo.mkdir(parents=True)
+    action = evo.parent / "tool_grounded_action_ui_50"
+    action.mkdir()
+    for folder, name, turns in (
+            (evo, "Lens Lab.json", ["Create an interactive thin-lens ray lab page.", "Add a second lens.",
+                                    "Show the focal points."]),
+            (evo, "Board.json", ["Build a one-page margin war-room board.", "Add three board questions."]),
+            (action, "Party.json", ["Build a block-party assignment board.", "Send the assignments if it validates."])):
+        folder.joinpath(name).write_text(json.dumps({"task_id": name, "turns": [
+            {"turn": i + 1, "prompt": t} for i, t in reversed(list(enumerate(turns)))]}))
+
+
+def test_agent_and_ui_sources_are_read_and_labelled(tmp_path: Path) -> None:
+    _agent_and_ui_sources(tmp_path)
+    got = es.rows(tmp_path, set())
+    by_source = {}
+    for r in got:
+        by_source.setdefault(r["source"].split(":")[0], []).append((r["text"], r["label"]))
+    taskbench = by_source["microsoft/JARVIS"]
+    assert len(taskbench) == es.TASKBENCH_SAMPLE and {label for _, label in taskbench} == {"agent"}
+    assert all(not text.endswith(" ") for text, _ in taskbench)
+    assert by_source["Yifan-Song793/RestGPT"] == [("Skip to the next track", "agent")]
+    assert sorted(by_source["MAPS-research/EvoGenUI-Bench"]) == [
+        ("Build a block-party assignment board.", "ui"), ("Build a one-page margin war-room board.", "ui"),
+        ("Create an interactive thin-lens ray lab page.", "ui")]
+
+
+def test_conversations_stay_in_ui_and_switch_both_ways(tmp_path: Path) -> None:
+    _agent_and_ui_sources(tmp_path)
+    _wizardlm(tmp_path)
+    singles = es.rows(tmp_path, set())
+    lines = es.conversations(tmp_path, singles, set())
+    stays = [x for x in lines if x["kind"] == "stay"]
+    assert [[m["content"] for m in x["messages"]] for x in stays if len(x["messages"]) == 3] == [
+        ["Create an interactive thin-lens ray lab page.", "Add a second lens.", "Show the focal points."]]
+    assert len(stays) == 3 and all(x["label"] == x["session"] == "ui" for x in stays)  # no action turn stays
+    switches = [x for x in lines if x["kind"] == "switch"]
+    out_of_ui = [x for x in switches if x["session"] == "ui"]
+    into_ui = [x for x in switches if x["label"] == "ui"]
+    assert len(out_of_ui) == len(into_ui) == 3
+    assert all(x["label"] != "ui" and len(x["messages"]) == 2 for x in out_of_ui)
+    assert all(x["session"] in {"chat", "agent", "code"} for x in into_ui)
+    assert all(x["source"] and x["license"] and x["history_source"] for x in switches)
+    assert es.conversations(tmp_path, singles, set()) == lines  # fixed seed: the same file every run
