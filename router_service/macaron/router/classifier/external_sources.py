@@ -1,4 +1,4 @@
-"""External check sets: public prompts of sources the router never trains on (routing_data/external.jsonl).
+"""External check sets: public prompts of sources the router never trains on (routing_data/external*.jsonl).
 
 Why: the source hold-out of `macaron router train` holds out one training repository at a time, so
 every figure it gives comes from the sources the data was built from. A set from a source that no
@@ -9,7 +9,8 @@ shipped artifact to a floor on it, and a test fails if any of its texts ever rea
     python -m macaron.router.classifier.external_sources --root ROOT [--data-dir DIR]
 
 Labels follow routing_data/README.md; items whose specialist is unclear are left out, and texts
-train.jsonl or dev.jsonl already hold are dropped. Running it again rewrites the file.
+train.jsonl or dev.jsonl already hold are dropped. external_multiturn.jsonl holds conversations built from
+the same sources (see `conversations`). Running it again rewrites both files.
 """
 
 from __future__ import annotations
@@ -149,9 +150,10 @@ def conversations(root: Path, singles: list[dict[str, Any]], known: set[str], se
     """Multi-turn lines in the shape of multiturn_dev.jsonl (user turns only, `session`, `kind`).
 
     `stay`: every later turn of an EvoGenUI-Bench task (the user revising the interface the session's `ui`
-    specialist built), but for the tasks whose later turns also act through tools. `switch`: a task's opening request as the history, then an external request of
-    another specialist; and an external `agent`, `chat` or `code` request as the history, then a task's
-    opening request. Every text is external; none is in `known` (train and dev)."""
+    specialist built), but for the tasks whose later turns also act through tools. `switch`: a task's opening
+    request as the history, then an external request of another specialist; and an external `agent`, `chat`
+    or `code` request as the history, then a task's opening request. Every text is external; none is in
+    `known` (train and dev)."""
     source = next(s for s in EXTERNAL if s.repository == _EVOGENUI)
     folder = root / source.repository / source.path
     if not folder.exists():
