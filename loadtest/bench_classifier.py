@@ -8,8 +8,8 @@ mean over held-out source repositories of the escalating classifier's accuracy; 
 it from the artifact's training report (measured by the same code at `macaron router train`),
 the full run re-trains every fold. External: external.jsonl, prompts of sources no split of the
 routing data reads (all four specialists), and external_multiturn.jsonl, conversations built from them
-(a generative-UI benchmark's real revision turns as stays; switches into and out of `ui`). Latency: per decision on this thread, pinned to one core
-with torch on one thread; the embedding model is loaded before timing. Multi-turn:
+(a generative-UI benchmark's real revision turns as stays; switches into and out of `ui`). Latency: per
+decision on this thread, pinned to one core with torch on one thread; the embedding model is loaded before timing. Multi-turn:
 multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
 session's specialist; `multiturn_switch_confident` is the switches whose new turn alone the fast path
 gives its specialist at least 0.8 (the issue's "last turn confidently another domain");
