@@ -53,7 +53,7 @@ def test_write_drops_texts_training_holds(tmp_path: Path) -> None:
     (data / "dev.jsonl").write_text("")
     counts = es.write(data, tmp_path / "root")
     lines = [json.loads(x) for x in (data / es.EXTERNAL_FILE).read_text().splitlines()]
-    assert counts == {"code": 4, "chat": 3, "multiturn": {}} and len(lines) == 7
+    assert counts == {"code": 4, "chat": 3, "multiturn": {"switch": 7}} and len(lines) == 7
     assert all(line["source"].startswith("nlpxucan/WizardLM:") and line["license"] for line in lines)
 
 
@@ -78,16 +78,16 @@ def _agent_and_ui_sources(root: Path) -> None:
     rest = root / "Yifan-Song793" / "RestGPT" / "datasets"
     rest.mkdir(parents=True)
     rest.joinpath("spotify.json").write_text(json.dumps([{"query": "Skip to the next track", "solution": []}]))
-    evo = root / "MAPS-research" / "EvoGenUI-Bench" / "bench" / "task_subsets" / "interactive_ui_50"
-    evo.mkdir(parents=True)
-    action = evo.parent / "tool_grounded_action_ui_50"
-    action.mkdir()
-    for folder, name, turns in (
-            (evo, "Lens Lab.json", ["Create an interactive thin-lens ray lab page.", "Add a second lens.",
-                                    "Show the focal points."]),
-            (evo, "Board.json", ["Build a one-page margin war-room board.", "Add three board questions."]),
-            (action, "Party.json", ["Build a block-party assignment board.", "Send the assignments if it validates."])):
-        folder.joinpath(name).write_text(json.dumps({"task_id": name, "turns": [
+    tasks = root / "MAPS-research" / "EvoGenUI-Bench" / "bench" / "task_subsets"
+    for subset, name, turns in (
+            ("interactive_ui_50", "Lens Lab.json", ["Create an interactive thin-lens ray lab page.", "Add a lens."]),
+            ("presentation_ui_50", "War Room.json", ["Build a one-page margin war-room board.",
+                                                     "Reframe it for the CFO.", "Fit it on one page."]),
+            ("presentation_ui_50", "Wall.json", ["Create a ransomware evidence wall.", "Add three priorities."]),
+            ("tool_grounded_action_ui_50", "Party.json", ["Build a block-party assignment board.",
+                                                          "Send the assignments if it validates."])):
+        (tasks / subset).mkdir(parents=True, exist_ok=True)
+        (tasks / subset / name).write_text(json.dumps({"task_id": name, "turns": [
             {"turn": i + 1, "prompt": t} for i, t in reversed(list(enumerate(turns)))]}))
 
 
@@ -101,25 +101,41 @@ def test_agent_and_ui_sources_are_read_and_labelled(tmp_path: Path) -> None:
     assert len(taskbench) == es.TASKBENCH_SAMPLE and {label for _, label in taskbench} == {"agent"}
     assert all(not text.endswith(" ") for text, _ in taskbench)
     assert by_source["Yifan-Song793/RestGPT"] == [("Skip to the next track", "agent")]
-    assert sorted(by_source["MAPS-research/EvoGenUI-Bench"]) == [
-        ("Build a block-party assignment board.", "ui"), ("Build a one-page margin war-room board.", "ui"),
-        ("Create an interactive thin-lens ray lab page.", "ui")]
+    assert by_source["MAPS-research/EvoGenUI-Bench"] == [  # the interactive subset trains the router: not read
+        ("Create a ransomware evidence wall.", "ui"), ("Build a one-page margin war-room board.", "ui"),
+        ("Build a block-party assignment board.", "ui")]
 
 
-def test_conversations_stay_in_ui_and_switch_both_ways(tmp_path: Path) -> None:
+def test_conversations_stay_in_ui_and_switch_between_every_pair(tmp_path: Path) -> None:
     _agent_and_ui_sources(tmp_path)
     _wizardlm(tmp_path)
     singles = es.rows(tmp_path, set())
-    lines = es.conversations(tmp_path, singles, set())
+    known = {es.normalise("Add three priorities.")}
+    lines = es.conversations(tmp_path, singles, known)
     stays = [x for x in lines if x["kind"] == "stay"]
-    assert [[m["content"] for m in x["messages"]] for x in stays if len(x["messages"]) == 3] == [
-        ["Create an interactive thin-lens ray lab page.", "Add a second lens.", "Show the focal points."]]
-    assert len(stays) == 3 and all(x["label"] == x["session"] == "ui" for x in stays)  # no action turn stays
+    assert [[m["content"] for m in x["messages"]] for x in stays] == [  # a task with a known turn is left out
+        ["Build a one-page margin war-room board.", "Reframe it for the CFO."],
+        ["Build a one-page margin war-room board.", "Reframe it for the CFO.", "Fit it on one page."]]
+    assert all(x["label"] == x["session"] == "ui" for x in stays)  # no tool-grounded (action) turn stays
     switches = [x for x in lines if x["kind"] == "switch"]
-    out_of_ui = [x for x in switches if x["session"] == "ui"]
-    into_ui = [x for x in switches if x["label"] == "ui"]
-    assert len(out_of_ui) == len(into_ui) == 3
-    assert all(x["label"] != "ui" and len(x["messages"]) == 2 for x in out_of_ui)
-    assert all(x["session"] in {"chat", "agent", "code"} for x in into_ui)
+    assert all(x["label"] != x["session"] and len(x["messages"]) == 2 for x in switches)
+    assert {(x["session"], x["label"]) for x in switches} >= {("ui", "agent"), ("agent", "ui"), ("chat", "code")}
+    per_session: dict[str, int] = {}
+    for x in switches:
+        per_session[x["session"]] = per_session.get(x["session"], 0) + 1
+    assert per_session == {"agent": es.SWITCH_HISTORIES_PER_LABEL, "chat": 4, "code": 4, "ui": 3}
     assert all(x["source"] and x["license"] and x["history_source"] for x in switches)
-    assert es.conversations(tmp_path, singles, set()) == lines  # fixed seed: the same file every run
+    assert es.conversations(tmp_path, singles, known) == lines  # fixed seed: the same file every run
+
+
+def test_what_training_reads_covers_the_multi_turn_files(tmp_path: Path) -> None:
+    (tmp_path / "train.jsonl").write_text(json.dumps({"text": "Plot  my steps", "label": "ui"}) + "\n")
+    (tmp_path / "dev.jsonl").write_text("")
+    (tmp_path / "conversations.jsonl").write_text(json.dumps({"conversation": [
+        {"role": "user", "content": "Write a sonnet."}, {"role": "assistant", "content": "Shall I ..."},
+        {"role": "user", "content": "Make it rhyme."}], "label": "chat"}) + "\n")
+    (tmp_path / "multiturn_train.jsonl").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "Fix my regex."}, {"role": "user", "content": "Now in Go."}],
+        "label": "code"}) + "\n")
+    assert es.training_texts(tmp_path) == {"plot my steps", "write a sonnet.", "make it rhyme.", "fix my regex.",
+                                           "now in go."}

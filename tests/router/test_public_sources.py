@@ -356,3 +356,35 @@ def test_every_mt_bench_101_conversation_in_the_data_is_chat_unless_hand_labelle
     assert all(labels.get(ps.text_digest(" ".join(line["conversation"][0]["content"].split())), "chat") == line["label"]
                for line in mt)
     assert set(labels.values()) <= {"code", None}
+
+
+def _evogenui(root: Path) -> Path:
+    """The trained subset and the two external ones, with turns stored out of order as the files allow."""
+    repository = root / "MAPS-research" / "EvoGenUI-Bench"
+    tasks = repository / ps.EVOGENUI_TASKS_DIR
+    for subset, name, turns in (
+            ("interactive_ui_50", "Thin Lens Ray Bench", ["Build an interactive thin-lens\n ray lab.",
+                                                          "Add a second lens.", "Show the focal points."]),
+            ("presentation_ui_50", "CFO Margin War Room", ["Create a one-page margin war-room board.",
+                                                           "Reframe it for the CFO."]),
+            ("tool_grounded_action_ui_50", "Block Party", ["Build a block-party assignment board.",
+                                                           "Send the assignments if the plan validates."])):
+        (tasks / subset).mkdir(parents=True, exist_ok=True)
+        (tasks / subset / f"{name}.json").write_text(json.dumps({"task_id": name, "turns": [
+            {"turn": i + 1, "prompt": t} for i, t in reversed(list(enumerate(turns)))]}), encoding="utf-8")
+    (tasks / "interactive_ui_50" / "Empty.json").write_text(json.dumps({"task_id": "empty"}), encoding="utf-8")
+    return repository
+
+
+def test_evogenui_trains_on_its_interactive_tasks_only(tmp_path: Path) -> None:
+    repository = _evogenui(tmp_path)
+    rows = list(ps.evogenui(repository))
+    assert [(r.text, r.label, r.unit) for r in rows] == [
+        ("Build an interactive thin-lens ray lab.", "ui", "Thin Lens Ray Bench")]
+    assert rows[0].path == "bench/task_subsets/interactive_ui_50/Thin Lens Ray Bench.json"
+    conversations = list(ps.evogenui_conversations(repository))
+    assert [[t["content"] for t in c.turns] for c in conversations] == [
+        ["Build an interactive thin-lens ray lab.", "Add a second lens.", "Show the focal points."]]
+    assert all(c.label == "ui" and {t["role"] for t in c.turns} == {"user"} for c in conversations)
+    found = ps.rows(tmp_path)  # the other two subsets are the external check (external_sources.py)
+    assert [r["text"] for r in found] == ["Build an interactive thin-lens ray lab."]

@@ -1,16 +1,18 @@
-"""External check sets: public prompts of sources the router never trains on (routing_data/external*.jsonl).
+"""External check sets: public prompts no split of the routing data reads (routing_data/external*.jsonl).
 
 Why: the source hold-out of `macaron router train` holds out one training repository at a time, so
 every figure it gives comes from the sources the data was built from. A set from a source that no
 split reads is the only check that a change of data or model still generalises; the tests hold the
-shipped artifact to a floor on it, and a test fails if any of its texts ever reaches train or dev.
+shipped artifact to a floor on it, and a test fails if any of its texts ever reaches what training reads.
 
     # check out each repository of EXTERNAL at its commit into ROOT/<owner>/<name>, then
     python -m macaron.router.classifier.external_sources --root ROOT [--data-dir DIR]
 
 Labels follow routing_data/README.md; items whose specialist is unclear are left out, and texts
-train.jsonl or dev.jsonl already hold are dropped. external_multiturn.jsonl holds conversations built from
-the same sources (see `conversations`). Running it again rewrites both files.
+training reads (`training_texts`) are dropped. One source is a benchmark whose interactive subset trains
+the router (EvoGenUI-Bench: its other two subsets are here); no split reads any other repository here.
+external_multiturn.jsonl holds conversations built from the same sources (see `conversations`). Running
+it again rewrites both files.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from macaron.router.classifier.public_sources import run_builder
+from macaron.router.classifier.public_sources import EVOGENUI_TASKS_DIR, evogenui_subset, run_builder
 
 EXTERNAL_FILE = "external.jsonl"
 EXTERNAL_MULTITURN_FILE = "external_multiturn.jsonl"
@@ -83,23 +85,26 @@ def restbench_spotify(path: Path) -> Iterator[tuple[str, str]]:
         yield item["query"].strip(), "agent"
 
 
-# Tasks whose later turns also act through tools ("send the assignments only if the plan validates"): their
-# opening request asks for an interface (`ui`), but a later turn may be an agent's action, so none is a `stay`.
-_EVOGENUI_ACTION_SUBSETS = frozenset({"tool_grounded_action_ui_50"})
+# EvoGenUI-Bench's presentation and tool-grounded tasks: each opens with a request for a one-page board or
+# briefing, or for a case workspace or console over the user's data (`ui`). Its interactive tasks train the
+# router (public_sources.py); these two subsets no split reads. The presentation tasks' later turns revise
+# the page ("Reframe the same artifact for the incident commander") and are the `stay` lines; the
+# tool-grounded tasks' later turns also act through tools ("send the assignments only if the plan
+# validates"), so none of them is a `stay`: it may be an agent's action, not a revision of the screen.
+EVOGENUI_REVISED_SUBSET = "presentation_ui_50"
+EVOGENUI_EXTERNAL_SUBSETS = (EVOGENUI_REVISED_SUBSET, "tool_grounded_action_ui_50")
 
 
-def evogenui_turns(folder: Path) -> Iterator[tuple[str, list[str]]]:
-    """EvoGenUI-Bench's tasks as (subset, user turns): each builds, then revises, one interface."""
-    for task in sorted(folder.rglob("*.json")):
-        item = json.loads(task.read_text(encoding="utf-8"))
-        turns = [t["prompt"].strip() for t in sorted(item.get("turns", []), key=lambda t: t["turn"])]
-        if turns:
-            yield task.parent.name, turns
+def evogenui_external_tasks(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """(subset, user turns) of each task of the subsets training never reads."""
+    for subset in EVOGENUI_EXTERNAL_SUBSETS:
+        for _, turns in evogenui_subset(folder / subset):
+            yield subset, turns
 
 
 def evogenui_first_turns(folder: Path) -> Iterator[tuple[str, str]]:
-    """The opening request of each task asks for a page, dashboard, planner or interactive tool: `ui`."""
-    for _, turns in evogenui_turns(folder):
+    """The opening request of each task: `ui`."""
+    for _, turns in evogenui_external_tasks(folder):
         yield turns[0], "ui"
 
 
@@ -111,8 +116,9 @@ EXTERNAL: tuple[ExternalSource, ...] = (
     ExternalSource("Yifan-Song793/RestGPT", "d99012860cb45323975bf5780152d7aa44f390f5", "MIT",
                    "datasets/spotify.json", restbench_spotify),
     ExternalSource("MAPS-research/EvoGenUI-Bench", "5e2eb00a041e7fdf8e188049394de0a5d8d9a3f3", "MIT",
-                   "bench", evogenui_first_turns),
+                   EVOGENUI_TASKS_DIR, evogenui_first_turns),
 )
+_EVOGENUI = EXTERNAL[-1]
 
 
 def normalise(text: str) -> str:
@@ -121,9 +127,22 @@ def normalise(text: str) -> str:
 
 
 def training_texts(data_dir: Path) -> set[str]:
-    """Normalised texts of train.jsonl and dev.jsonl."""
-    return {normalise(json.loads(line)["text"]) for split in ("train", "dev")
-            for line in (data_dir / f"{split}.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()}
+    """Normalised texts training reads: train.jsonl and dev.jsonl, and every turn of conversations.jsonl and
+    of the multi-turn files (a public conversation's later turns are training data too)."""
+    texts: set[str] = set()
+    for name in ("train", "dev", "conversations", "multiturn_train", "multiturn_dev"):
+        path = data_dir / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            if "text" in item:
+                texts.add(normalise(item["text"]))
+            texts.update(normalise(m["content"]) for m in item.get("messages") or item.get("conversation") or []
+                         if m.get("role") == "user" and isinstance(m.get("content"), str))
+    return texts
 
 
 def rows(root: Path, known: set[str], sources: tuple[ExternalSource, ...] = EXTERNAL) -> list[dict[str, Any]]:
@@ -143,41 +162,39 @@ def rows(root: Path, known: set[str], sources: tuple[ExternalSource, ...] = EXTE
     return found
 
 
-_EVOGENUI = "MAPS-research/EvoGenUI-Bench"
+SWITCH_HISTORIES_PER_LABEL = 75
 
 
 def conversations(root: Path, singles: list[dict[str, Any]], known: set[str], seed: int = 0) -> list[dict[str, Any]]:
     """Multi-turn lines in the shape of multiturn_dev.jsonl (user turns only, `session`, `kind`).
 
-    `stay`: every later turn of an EvoGenUI-Bench task (the user revising the interface the session's `ui`
-    specialist built), but for the tasks whose later turns also act through tools. `switch`: a task's opening
-    request as the history, then an external request of another specialist; and an external `agent`, `chat`
-    or `code` request as the history, then a task's opening request. Every text is external; none is in
-    `known` (train and dev)."""
-    source = next(s for s in EXTERNAL if s.repository == _EVOGENUI)
-    folder = root / source.repository / source.path
-    if not folder.exists():
-        return []
-    tasks, revised, firsts = [], [], set()
-    for subset, turns in evogenui_turns(folder):
-        if normalise(turns[0]) not in firsts and not any(normalise(t) in known for t in turns):
-            firsts.add(normalise(turns[0]))
-            tasks.append(turns)
-            if subset not in _EVOGENUI_ACTION_SUBSETS:
-                revised.append(turns)
-    evo = {"source": f"{source.repository}:{source.path}", "license": source.license}
-    lines = [{"messages": [{"role": "user", "content": t} for t in turns[:k]], "label": "ui", "session": "ui",
-              "kind": "stay", **evo} for turns in revised for k in range(2, len(turns) + 1)]
-    others = [r for r in singles if r["label"] != "ui"]
+    `stay`: every later turn of an EvoGenUI-Bench presentation task, with the turns before it (the user
+    revising the page the session's `ui` specialist built). `switch`: an external request of one specialist
+    as the history (up to SWITCH_HISTORIES_PER_LABEL of each), then an external request of another (the
+    other three in turn) as the new turn. Every text is external; none is in `known` (what training reads)."""
+    lines: list[dict[str, Any]] = []
+    folder = root / _EVOGENUI.repository / _EVOGENUI.path
+    if folder.exists():
+        evo = {"source": f"{_EVOGENUI.repository}:{_EVOGENUI.path}", "license": _EVOGENUI.license}
+        for subset, turns in evogenui_external_tasks(folder):
+            if subset == EVOGENUI_REVISED_SUBSET and not any(normalise(t) in known for t in turns):
+                lines += [{"messages": [{"role": "user", "content": t} for t in turns[:k]], "label": "ui",
+                           "session": "ui", "kind": "stay", **evo} for k in range(2, len(turns) + 1)]
     rng = random.Random(seed)
-    for turns, other in zip(tasks, rng.sample(others, min(len(tasks), len(others)))):
-        lines.append({"messages": [{"role": "user", "content": turns[0]}, {"role": "user", "content": other["text"]}],
-                      "label": other["label"], "session": "ui", "kind": "switch", "source": other["source"],
-                      "license": other["license"], "history_source": evo["source"]})
-    for other, turns in zip(rng.sample(others, min(len(tasks), len(others))), rng.sample(tasks, len(tasks))):
-        lines.append({"messages": [{"role": "user", "content": other["text"]}, {"role": "user", "content": turns[0]}],
-                      "label": "ui", "session": other["label"], "kind": "switch", **evo,
-                      "history_source": other["source"]})
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for r in singles:
+        by_label.setdefault(r["label"], []).append(r)
+    for label in sorted(by_label):
+        others = sorted(set(by_label) - {label})
+        histories = by_label[label]
+        if len(histories) > SWITCH_HISTORIES_PER_LABEL:
+            histories = rng.sample(histories, SWITCH_HISTORIES_PER_LABEL)
+        for i, history in enumerate(histories if others else []):
+            new = rng.choice(by_label[others[i % len(others)]])
+            lines.append({"messages": [{"role": "user", "content": history["text"]},
+                                       {"role": "user", "content": new["text"]}],
+                          "label": new["label"], "session": label, "kind": "switch", "source": new["source"],
+                          "license": new["license"], "history_source": history["source"]})
     return lines
 
 

@@ -4,7 +4,7 @@ Why: a register that only one source represents breaks when that source is held 
 math, terse code questions, voice-assistant requests). These repositories add a second or third
 source to each register (Stack Overflow titles and search queries for `code`, search-box questions
 about the world for `chat`, orders through an API for `agent`, short page and component descriptions
-for `ui`), and real follow-up turns and tool loops for the multi-turn data.
+and multi-turn interface tasks for `ui`), and real follow-up turns and tool loops for the multi-turn data.
 
     # check out each repository of SOURCES at its commit into ROOT/<owner>/<name>, then
     python -m macaron.router.classifier.public_sources --root ROOT [--data-dir DIR]
@@ -389,6 +389,43 @@ def generative_ui_prompts(root: Path) -> Iterator[Row]:
                 yield Row(text, "ui", name, text.lower())
 
 
+# --- multi-turn generative-UI tasks (`ui`) --------------------------------------------------------
+
+# EvoGenUI-Bench's tasks each build one interface, then revise it over four more turns. Its interactive
+# tasks (labs, simulators, trainers: "Explain X, then build an interactive ...") train the router; its
+# presentation and tool-grounded tasks stay out of training: they are the external check of unseen `ui`
+# requests and of real revision turns in a `ui` session (external_sources.py).
+EVOGENUI_TASKS_DIR = "bench/task_subsets"
+EVOGENUI_TRAINED_SUBSETS = ("interactive_ui_50",)
+
+
+def evogenui_subset(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """(task, user turns) of each task file in one subset's folder, in file order."""
+    for task in sorted(folder.glob("*.json")):
+        item = json.loads(task.read_text(encoding="utf-8"))
+        turns = [t["prompt"].strip() for t in sorted(item.get("turns", []), key=lambda t: t["turn"])]
+        if turns:
+            yield task.stem, turns
+
+
+def _evogenui_trained(root: Path) -> Iterator[tuple[str, str, list[str]]]:
+    for subset in EVOGENUI_TRAINED_SUBSETS:
+        for task, turns in evogenui_subset(root / EVOGENUI_TASKS_DIR / subset):
+            yield f"{EVOGENUI_TASKS_DIR}/{subset}/{task}.json", task, turns
+
+
+def evogenui(root: Path) -> Iterator[Row]:
+    """The opening request of each task: a lab, simulator or trainer to build (`ui`)."""
+    for path, task, turns in _evogenui_trained(root):
+        yield Row(_clean(turns[0]), "ui", path, task)
+
+
+def evogenui_conversations(root: Path) -> Iterator[Conversation]:
+    """Each task whole: its later turns revise the interface ("Add a strong-acid versus weak-acid switch")."""
+    for path, task, turns in _evogenui_trained(root):
+        yield Conversation([{"role": "user", "content": _clean(t)} for t in turns], "ui", path, task)
+
+
 # --- real users' requests to a chat assistant, labelled by hand (mostly `chat` and `code`) --------------
 
 INSTRUCTION_WILD_FILES = ("data_v2/user_1.jsonl", "data_v2/user_2.jsonl", "data_v2/user_3.jsonl")
@@ -610,6 +647,8 @@ SOURCES: tuple[Source, ...] = (
            webbench_conversations, 200),
     Source("prp-e/generative_ui_prompts", "106542eb3cd832184bbc851a575f660bac43a7b8", "MIT",
            generative_ui_prompts, 400),
+    Source("MAPS-research/EvoGenUI-Bench", "5e2eb00a041e7fdf8e188049394de0a5d8d9a3f3", "MIT", evogenui, 50,
+           evogenui_conversations, 50),
     Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
            "non-commercial research use (InstructionWild LICENSE)", instruction_wild, 1000),
     Source("tangqiaoyu/ToolAlpaca", "189069998d64a7baf1b4a1c3c4b2e75eb9d05532", "Apache-2.0", toolalpaca, 250),
