@@ -14,13 +14,13 @@ import textwrap
 
 # Measured on dev.jsonl with escalation (shipped artifact); see the artifact's report.
 DEV_ESCALATED_ACCURACY_FLOOR = 0.90
-# Measured on external.jsonl with escalation (shipped artifact T, routing_data/README.md, external sets): 0.913,
-# lowest recall `ui` 0.69 (EvoGenUI-Bench's presentation boards and tool-grounded workspaces read as `code` or
-# `agent`); on external_multiturn.jsonl stays 0.99, switches 0.82.
-EXTERNAL_ACCURACY_FLOOR = 0.88
-EXTERNAL_RECALL_FLOOR = 0.65
-EXTERNAL_STAY_FLOOR = 0.93
-EXTERNAL_SWITCH_FLOOR = 0.70
+# Measured on external.jsonl with escalation (shipped artifact U, routing_data/README.md, external sets): 0.931,
+# lowest recall `ui` 0.77 (EvoGenUI-Bench's tool-grounded workspaces read as `agent` or `code`); on
+# external_multiturn.jsonl stays 1.00, switches 0.86 (the fast path alone 0.75).
+EXTERNAL_ACCURACY_FLOOR = 0.90
+EXTERNAL_RECALL_FLOOR = 0.70
+EXTERNAL_STAY_FLOOR = 0.95
+EXTERNAL_SWITCH_FLOOR = 0.75
 
 SCRIPT = textwrap.dedent(
     """
