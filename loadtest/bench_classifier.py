@@ -8,16 +8,17 @@ mean over held-out source repositories of the escalating classifier's accuracy; 
 it from the artifact's training report (measured by the same code at `macaron router train`),
 the full run re-trains every fold. External: external.jsonl, prompts of sources no split of the
 routing data reads (all four specialists), and external_multiturn.jsonl, conversations built from them
-(a generative-UI benchmark's real revision turns as stays; switches into and out of `ui`). Latency: per
-decision on this thread, pinned to one core with torch on one thread; the embedding model is loaded before timing. Multi-turn:
-multiturn_dev.jsonl (stay / continue / switch / tool loop) through the same classifier, with the
-session's specialist; `multiturn_switch_confident` is the switches whose new turn alone the fast path
-gives its specialist at least 0.8 (the issue's "last turn confidently another domain");
-`multiturn_decision_p50_ms` / `_p99_ms` time those decisions as served (escalations and the follow-up model's turn
-embeddings included, the encoder cache cleared first). Concurrency: N threads each classify dev requests with every request
-escalated (threshold 1), so the figure is the embedding path's throughput, micro-batched as in
-production, next to the same load with batching off (one encoder call per request, as the old
-lock did); with a second escalation encoder, the same load once more with every request asking it too. Human-readable lines go to stderr; the last line on stdout is one JSON object.
+(a generative-UI benchmark's real revision turns as stays; switches between every pair of specialists).
+Latency: per decision on this thread, pinned to one core with torch on one thread; the embedding model is
+loaded before timing. Multi-turn: multiturn_dev.jsonl (stay / continue / switch / tool loop) through the
+same classifier, with the session's specialist; `multiturn_switch_confident` is the switches whose new turn
+alone the fast path gives its specialist at least 0.8 (the issue's "last turn confidently another domain");
+`multiturn_decision_p50_ms` / `_p99_ms` time those decisions as served (escalations and the follow-up
+model's turn embeddings included, the encoder cache cleared first). Concurrency: N threads each classify
+dev requests with every request escalated (threshold 1), so the figure is the embedding path's throughput,
+micro-batched as in production, next to the same load with batching off (one encoder call per request, as
+the old lock did); with a second escalation encoder, the same load once more with every request asking it
+too. Human-readable lines go to stderr; the last line on stdout is one JSON object.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ EXTERNAL: tuple[ExternalSource, ...] = (
     ExternalSource("MAPS-research/EvoGenUI-Bench", "5e2eb00a041e7fdf8e188049394de0a5d8d9a3f3", "MIT",
                    EVOGENUI_TASKS_DIR, evogenui_first_turns),
 )
-_EVOGENUI = EXTERNAL[-1]
+_EVOGENUI = next(s for s in EXTERNAL if s.reader is evogenui_first_turns)
 
 
 def normalise(text: str) -> str:
