@@ -12,7 +12,8 @@ routing data reads (all four specialists), and external_multiturn.jsonl, convers
 Latency: per decision on this thread, pinned to one core with torch on one thread; the embedding model is
 loaded before timing. Multi-turn: multiturn_dev.jsonl (stay / continue / switch / tool loop) through the
 same classifier, with the session's specialist; `multiturn_switch_confident` is the switches whose new turn
-alone the fast path gives its specialist at least 0.8 (the issue's "last turn confidently another domain");
+alone the fast path gives its specialist at least 0.8 (the issue's "last turn confidently another domain"),
+`multiturn_stay_ambiguous` the stays whose new turn alone gives no other specialist 0.8 (its "last turn ambiguous");
 `multiturn_decision_p50_ms` / `_p99_ms` time those decisions as served (escalations and the follow-up
 model's turn embeddings included, the encoder cache cleared first). Concurrency: N threads each classify
 dev requests with every request escalated (threshold 1), so the figure is the embedding path's throughput,
@@ -109,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     external_turns: dict = (evaluate(classifier, load_jsonl(external_turns_path)).get("multiturn", {})
                             if external_turns_path.is_file() else {})
     if external_turns:
-        log(f"external multi-turn: stay {external_turns.get('stay')}, switch {external_turns.get('switch')} "
-            f"(confident {external_turns.get('switch_confident')})")
+        log(f"external multi-turn: stay {external_turns.get('stay')} (ambiguous {external_turns.get('stay_ambiguous')}), "
+            f"switch {external_turns.get('switch')} (confident {external_turns.get('switch_confident')})")
 
     passes = args.passes or (1 if args.quick else 3)
     n = 0
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "external_multiturn_stay": external_turns.get("stay"),
         "external_multiturn_switch": external_turns.get("switch"),
         "external_multiturn_switch_confident": external_turns.get("switch_confident"),
+        "external_multiturn_stay_ambiguous": external_turns.get("stay_ambiguous"),
         "dev_escalation_rate": result["escalation_rate"],
         "dev_second_encoder_rate": result["second_encoder_rate"],
         "external_second_encoder_rate": external.get("second_encoder_rate"),
@@ -211,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "multiturn_continue": multiturn.get("continue"),
         "multiturn_switch": multiturn.get("switch"),
         "multiturn_switch_confident": multiturn.get("switch_confident"),
+        "multiturn_stay_ambiguous": multiturn.get("stay_ambiguous"),
         "multiturn_tool_loop": multiturn.get("tool_loop"),
         "multiturn_tool_loop_switches": multiturn.get("tool_loop_switches"),
         "multiturn_decision_p50_ms": multiturn_ms.get("p50"),  # with escalations and follow-up embeddings

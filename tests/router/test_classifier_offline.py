@@ -124,8 +124,8 @@ def test_artifact_and_embedder_load_offline(routing_data_dir, capsys) -> None:
         external["per_class"]
     turns = out["external_turns"]
     with capsys.disabled():
-        print(f"[classifier] external multi-turn: stay={turns['stay']} switch={turns['switch']} "
-              f"confident switch={turns.get('switch_confident')}")
+        print(f"[classifier] external multi-turn: stay={turns['stay']} (ambiguous {turns.get('stay_ambiguous')}) "
+              f"switch={turns['switch']} (confident {turns.get('switch_confident')})")
     assert turns["stay"] >= EXTERNAL_STAY_FLOOR and turns["switch"] >= EXTERNAL_SWITCH_FLOOR, turns
     assert 0.0 < dev["escalation_rate"] < 0.6
     assert out["batched_same"], "a micro-batched request got another request's embedding"

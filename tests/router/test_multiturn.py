@@ -189,6 +189,20 @@ def test_kind_metrics_report_the_confident_switches_apart() -> None:
     assert "switch_confident" not in kind_metrics(y, pred, kinds, [0, 0, 0, 0])  # no mask, no figure
 
 
+def test_kind_metrics_report_the_ambiguous_stays_apart() -> None:
+    from macaron.router.classifier.turn_training import kind_metrics, other_is_confident
+
+    # a stay whose new turn reads confidently as another domain is not the goal's "last turn ambiguous"
+    assert other_is_confident(np.array([0.05, 0.9, 0.03, 0.02]), 0)
+    assert not other_is_confident(np.array([0.1, 0.7, 0.1, 0.1]), 0)
+    assert not other_is_confident(np.array([0.9, 0.05, 0.03, 0.02]), 0)  # confident, but for the label
+    y, pred = np.array([0, 0, 0, 1]), np.array([0, 1, 1, 1])
+    kinds = ["stay", "stay", "stay", "switch"]
+    out = kind_metrics(y, pred, kinds, [0, 0, 0, 0], ambiguous=[True, True, False, True])
+    assert (out["stay"], out["stay_ambiguous"], out["stay_ambiguous_n"]) == (0.3333, 0.5, 2)
+    assert "stay_ambiguous" not in kind_metrics(y, pred, kinds, [0, 0, 0, 0])  # no mask, no figure
+
+
 def test_confident_last_turns_read_the_label_on_the_new_turn_alone() -> None:
     from macaron.router.classifier.turn_training import CONFIDENT_LAST_TURN, TurnData, confident_last_turns
     from macaron.router.classifier.turns import TurnInputs
@@ -201,6 +215,10 @@ def test_confident_last_turns_read_the_label_on_the_new_turn_alone() -> None:
                     groups=np.array(["a", "a", "a"]), rule_session=[None] * 3)
     assert CONFIDENT_LAST_TURN == 0.8
     assert confident_last_turns(data).tolist() == [True, False, False]  # the label's probability, not the top one
+    from macaron.router.classifier.turn_training import ambiguous_last_turns
+
+    data.y = np.array([0, 0, 0])  # read as stays of specialist 0: only the first reads confidently as another
+    assert ambiguous_last_turns(data).tolist() == [False, True, True]
 
 
 def test_inside_a_kind_every_specialist_weighs_the_same() -> None:

@@ -1,6 +1,8 @@
 """`macaron router eval`: accuracy, macro-F1, per-class precision/recall, confusion matrix,
 escalation rate and latency of a trained classifier on a JSONL file; on multi-turn lines
-(`session`, `kind`) also the accuracy per kind and the switches inside tool loops.
+(`session`, `kind`) also the accuracy per kind, the switches inside tool loops, and the goal's two kinds
+apart: switches whose new turn alone the fast path reads confidently as their specialist
+(`switch_confident`) and stays whose new turn alone it reads confidently as no other (`stay_ambiguous`).
 
 Latency is measured per request on the calling thread: `fast` times the fast path alone
 (escalation off) the first time it sees the request, with the word cache cold but for a
@@ -30,12 +32,12 @@ def _classify(classifier: SpecialistClassifier, example: Example, escalate: bool
     return classifier.classify(messages=example.messages, tools=example.tools, session=session, escalate=escalate)
 
 
-def _last_turn_alone(classifier: SpecialistClassifier, example: Example) -> float:
-    """The fast path's probability of the example's label for its last user turn sent alone."""
+def _last_turn_alone(classifier: SpecialistClassifier, example: Example) -> dict[str, float]:
+    """The fast path's probabilities for the example's last user turn sent alone ({} for a single text)."""
     if example.messages is None:
-        return 0.0
+        return {}
     last = classifier.conversation(messages=example.messages).last_text
-    return classifier.classify(last, escalate=False).probabilities[example.label]
+    return dict(classifier.classify(last, escalate=False).probabilities)
 
 
 def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, warmup: int = 20) -> dict[str, Any]:
@@ -80,14 +82,21 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
     result = classification_metrics(yt, yp, labels)
     kinds = [str(e.extra.get("kind", "")) for e in examples]
     if any(kinds):  # multi-turn lines: accuracy per kind (stay / continue / switch / tool_loop)
-        from macaron.router.classifier.turn_training import CONFIDENT_LAST_TURN, is_lone, kind_metrics
+        from macaron.router.classifier.turn_training import (
+            CONFIDENT_LAST_TURN, is_lone, kind_metrics, other_is_confident,
+        )
 
         sessions = [labels.index(s) if (s := e.extra.get("session")) in labels else None for e in examples]
         lone = [is_lone(e) for e in examples]
-        sure = [kind == "switch" and _last_turn_alone(classifier, e) >= CONFIDENT_LAST_TURN
-                for kind, e in zip(kinds, examples)]
-        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions, lone, sure)
-        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions, lone, sure)
+        alone = [_last_turn_alone(classifier, e) if kind in ("switch", "stay") else {}
+                 for kind, e in zip(kinds, examples)]
+        sure = [kind == "switch" and p.get(e.label, 0.0) >= CONFIDENT_LAST_TURN
+                for kind, e, p in zip(kinds, examples, alone)]
+        ambiguous = [kind == "stay" and bool(p) and not other_is_confident(np.array([p[k] for k in labels]),
+                                                                         labels.index(e.label))
+                     for kind, e, p in zip(kinds, examples, alone)]
+        result["multiturn"] = kind_metrics(yt, yp, kinds, sessions, lone, sure, ambiguous)
+        result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions, lone, sure, ambiguous)
     result.update(
         invalid_inputs=invalid,
         fast_path_accuracy=round(float((np.array(fast_pred) == yt).mean()), 4) if len(yt) else 0.0,

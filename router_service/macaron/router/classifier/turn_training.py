@@ -36,6 +36,9 @@ FOLLOWUP_EMBEDDING_BELOW = ClassifierSettings.model_fields["followup_embedding_b
 # A switch is "confident" when the new turn alone (the fast path, no conversation) gives its specialist at least
 # this probability: the kind the issue's goal names ("last turn confidently another domain"), where stickiness
 # must lose. `switch_confident` reports those lines apart; `switch` counts every switch, unsure turns included.
+# The stays the goal names ("last turn ambiguous") are the mirror: no other specialist reaches this probability on
+# the new turn alone (`stay_ambiguous`); a real follow-up that reads confidently as another domain ("Could you check
+# the latest rates for me?" after a chat answer) is a stay of the data but not of that kind.
 CONFIDENT_LAST_TURN = 0.8
 
 
@@ -191,10 +194,12 @@ def is_lone(example: Example) -> bool:
 
 
 def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions: Sequence[int | None],
-                 lone: Sequence[bool] = (), confident: Sequence[bool] = ()) -> dict[str, Any]:
+                 lone: Sequence[bool] = (), confident: Sequence[bool] = (),
+                 ambiguous: Sequence[bool] = ()) -> dict[str, Any]:
     """Accuracy per kind (and, as `<kind>_lone`, on its lines whose history was not resent), on the
     switches whose new turn alone is confident (`switch_confident`, with `confident` the per-line mask,
-    see CONFIDENT_LAST_TURN), and how many tool-loop turns switched away from the session."""
+    see CONFIDENT_LAST_TURN), on the stays whose new turn alone names no other specialist confidently
+    (`stay_ambiguous`, with `ambiguous` the mask), and how many tool-loop turns switched away from the session."""
     kinds_arr = np.array(kinds)
     lone_arr = np.array(lone, dtype=bool) if len(lone) else np.zeros(len(kinds), dtype=bool)
     out: dict[str, Any] = {}
@@ -212,6 +217,11 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
         if sure.any():
             out["switch_confident"] = round(float((pred[sure] == y[sure]).mean()), 4)
             out["switch_confident_n"] = int(sure.sum())
+    if len(ambiguous):
+        unsure = (kinds_arr == "stay") & np.array(ambiguous, dtype=bool)
+        if unsure.any():
+            out["stay_ambiguous"] = round(float((pred[unsure] == y[unsure]).mean()), 4)
+            out["stay_ambiguous_n"] = int(unsure.sum())
     loop = [i for i, k in enumerate(kinds) if k == "tool_loop" and sessions[i] is not None]
     out["tool_loop_switches"] = int(sum(pred[i] != sessions[i] for i in loop))
     return out
@@ -232,12 +242,13 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
         pred[held], escalated[held], embedded[held] = predict(model, data, held, min_switch_confidence, lazy)
     sessions = [i.session for i in data.fast]
     confident = confident_last_turns(data)
+    ambiguous = ambiguous_last_turns(data)
     per_repo = {}
     for name in names:
         m = np.where(data.groups == name)[0]
         per_repo[name] = kind_metrics(data.y[m], pred[m], [data.kinds[i] for i in m], [sessions[i] for i in m],
-                                      [data.lone[i] for i in m] if data.lone else (), confident[m])
-    pooled = kind_metrics(data.y, pred, data.kinds, sessions, data.lone, confident)
+                                      [data.lone[i] for i in m] if data.lone else (), confident[m], ambiguous[m])
+    pooled = kind_metrics(data.y, pred, data.kinds, sessions, data.lone, confident, ambiguous)
     pooled["escalation_rate"] = round(float(escalated.mean()), 4)
     if lazy is not None:
         pooled["followup_embedding_rate"] = round(float(embedded.mean()), 4)
@@ -248,6 +259,18 @@ def confident_last_turns(data: TurnData) -> np.ndarray:
     """Lines whose new turn alone (the fast path's hold-out probabilities) gives the line's label at least
     CONFIDENT_LAST_TURN."""
     return np.array([i.p_last[y] >= CONFIDENT_LAST_TURN for i, y in zip(data.fast, data.y)], dtype=bool)
+
+
+def ambiguous_last_turns(data: TurnData) -> np.ndarray:
+    """Lines whose new turn alone (the fast path's hold-out probabilities) gives no specialist but the line's label
+    CONFIDENT_LAST_TURN or more."""
+    return np.array([not other_is_confident(i.p_last, y) for i, y in zip(data.fast, data.y)], dtype=bool)
+
+
+def other_is_confident(p_last: np.ndarray, label: int) -> bool:
+    """Whether a specialist other than `label` gets CONFIDENT_LAST_TURN or more of `p_last`."""
+    others = np.delete(np.asarray(p_last), label)
+    return bool(others.size and others.max() >= CONFIDENT_LAST_TURN)
 
 
 def error_analysis(data: TurnData, pred: np.ndarray) -> dict[str, Any]:
