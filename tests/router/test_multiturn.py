@@ -24,6 +24,10 @@ MULTITURN_FAST_FLOORS = {"stay": 0.92, "continue": 0.95, "switch": 0.80, "tool_l
 # 0.91, switch 0.77, tool loop 1.0 (the generic follow-ups written for the project are one held-out
 # group: without them stays fall to 0.73).
 HOLDOUT_FLOORS = {"stay": 0.80, "continue": 0.85, "switch": 0.72, "tool_loop": 1.0}
+# The issue's goals on the kinds it names, held on the same dev set and fast path: stays whose new turn alone is
+# ambiguous (no other specialist at 0.8), switches whose new turn alone is confidently their specialist. Measured
+# with the shipped artifact (U): 0.992 (390 lines) and 0.976 (411 lines).
+GOAL_KIND_FLOORS = {"stay_ambiguous": 0.95, "switch_confident": 0.90}
 
 CODE_HISTORY = [
     {"role": "user", "content": "Write a Python function that parses an ISO 8601 date string and returns a datetime."},
@@ -45,7 +49,7 @@ def test_multiturn_dev_kinds(fast_classifier, multiturn_dev, capsys) -> None:
     result = evaluate(fast_classifier, multiturn_dev, warmup=0)["multiturn"]
     with capsys.disabled():
         print(f"\n[classifier] multi-turn dev (fast path): {result}")
-    for kind, floor in MULTITURN_FAST_FLOORS.items():
+    for kind, floor in {**MULTITURN_FAST_FLOORS, **GOAL_KIND_FLOORS}.items():
         assert result[kind] >= floor, (kind, result)
     assert result["tool_loop_switches"] == 0
 
