@@ -208,7 +208,9 @@ def test_kind_metrics_report_the_ambiguous_stays_apart() -> None:
 
 
 def test_confident_last_turns_read_the_label_on_the_new_turn_alone() -> None:
-    from macaron.router.classifier.turn_training import CONFIDENT_LAST_TURN, TurnData, confident_last_turns
+    from macaron.router.classifier.turn_training import (
+        CONFIDENT_LAST_TURN, TurnData, ambiguous_last_turns, confident_last_turns,
+    )
     from macaron.router.classifier.turns import TurnInputs
 
     def line(p: list[float]) -> TurnInputs:
@@ -219,8 +221,6 @@ def test_confident_last_turns_read_the_label_on_the_new_turn_alone() -> None:
                     groups=np.array(["a", "a", "a"]), rule_session=[None] * 3)
     assert CONFIDENT_LAST_TURN == 0.8
     assert confident_last_turns(data).tolist() == [True, False, False]  # the label's probability, not the top one
-    from macaron.router.classifier.turn_training import ambiguous_last_turns
-
     data.y = np.array([0, 0, 0])  # read as stays of specialist 0: only the first reads confidently as another
     assert ambiguous_last_turns(data).tolist() == [False, True, True]
 
