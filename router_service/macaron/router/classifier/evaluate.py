@@ -32,12 +32,14 @@ def _classify(classifier: SpecialistClassifier, example: Example, escalate: bool
     return classifier.classify(messages=example.messages, tools=example.tools, session=session, escalate=escalate)
 
 
-def _last_turn_alone(classifier: SpecialistClassifier, example: Example) -> dict[str, float]:
-    """The fast path's probabilities for the example's last user turn sent alone ({} for a single text)."""
+def _last_turn_alone(classifier: SpecialistClassifier, example: Example) -> np.ndarray | None:
+    """The fast path's probabilities (in `classifier.labels` order) for the example's last user turn sent alone;
+    None for a single text."""
     if example.messages is None:
-        return {}
+        return None
     last = classifier.conversation(messages=example.messages).last_text
-    return dict(classifier.classify(last, escalate=False).probabilities)
+    probabilities = classifier.classify(last, escalate=False).probabilities
+    return np.array([probabilities[label] for label in classifier.labels])
 
 
 def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, warmup: int = 20) -> dict[str, Any]:
@@ -88,13 +90,12 @@ def evaluate(classifier: SpecialistClassifier, examples: Sequence[Example], *, w
 
         sessions = [labels.index(s) if (s := e.extra.get("session")) in labels else None for e in examples]
         lone = [is_lone(e) for e in examples]
-        alone = [_last_turn_alone(classifier, e) if kind in ("switch", "stay") else {}
+        alone = [_last_turn_alone(classifier, e) if kind in ("switch", "stay") else None
                  for kind, e in zip(kinds, examples)]
-        sure = [kind == "switch" and p.get(e.label, 0.0) >= CONFIDENT_LAST_TURN
-                for kind, e, p in zip(kinds, examples, alone)]
-        ambiguous = [kind == "stay" and bool(p) and not other_is_confident(np.array([p[k] for k in labels]),
-                                                                         labels.index(e.label))
-                     for kind, e, p in zip(kinds, examples, alone)]
+        sure = [kind == "switch" and p is not None and p[y] >= CONFIDENT_LAST_TURN
+                for kind, p, y in zip(kinds, alone, y_true)]
+        ambiguous = [kind == "stay" and p is not None and not other_is_confident(p, y)
+                     for kind, p, y in zip(kinds, alone, y_true)]
         result["multiturn"] = kind_metrics(yt, yp, kinds, sessions, lone, sure, ambiguous)
         result["multiturn_fast"] = kind_metrics(yt, np.array(fast_pred), kinds, sessions, lone, sure, ambiguous)
     result.update(
