@@ -31,8 +31,10 @@ STORE_HEALTH = "macaron.v1.Router/store"
 
 
 def counts(report: LoadReport) -> dict[str, object]:
+    """The run's outcome counts, with the first few failures' details so a failed assertion explains itself."""
+    failed = [f"turn {r.turn} {r.label}: {r.outcome} {r.detail[:200]}" for r in report.results if not r.ok]
     return {"sent": report.sent, "completed": report.completed, "clear_errors": report.clear_errors,
-            "lost": report.lost, "errors": report.errors()}
+            "lost": report.lost, "errors": report.errors(), "first_failures": failed[:5]}
 
 
 def load(stack: FaultStack, *, during: Callable[[], None] | None = None, at_s: float = 1.0, **config: object) -> LoadReport:
