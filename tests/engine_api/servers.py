@@ -31,6 +31,10 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports free_port gave out in this process: a stack picks all its ports before its servers bind."""
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now (on 127.0.0.1), below the ephemeral range: a server started on it
     binds seconds later (after loading its model), and a port the kernel hands out for port 0 can meanwhile
@@ -40,12 +44,16 @@ def free_port() -> int:
     rng = random.SystemRandom()
     for _ in range(50):
         port = rng.randrange(20000, low) if low > 21000 else 0
+        if port in _HANDED_OUT:  # free now, but promised to a server of this run that may not have bound yet
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return sock.getsockname()[1]
+            bound = sock.getsockname()[1]
+            _HANDED_OUT.add(bound)
+            return bound
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -16,7 +16,6 @@ import signal
 import socket
 from typing import Any
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
@@ -28,6 +27,7 @@ from macaron.config import MacaronSettings
 from macaron.discovery import ReplicaSource, build_source
 from macaron.grpc_admission import AdmissionInterceptor
 from macaron.grpc_malformed import MalformedRequestInterceptor
+from macaron.grpc_server import exclusive_server
 from macaron.lifecycle.admin import add_admin_service
 from macaron.ports import SPECIALISTS, metrics_port
 from macaron.router.forwarder import ChannelFactory, Forwarder
@@ -152,7 +152,7 @@ class RouterServer:
                                    channel_factory=channel_factory)
         admission = AdmissionInterceptor(rs.admission, {f"/{SERVICE_NAME}/Generate"}, registry=self.metrics.registry,
                                          metric_prefix="macaron_router")
-        self.server = grpc.aio.server(interceptors=[admission, MalformedRequestInterceptor()])
+        self.server = exclusive_server([admission, MalformedRequestInterceptor()])
         router_pb2_grpc.add_RouterServicer_to_server(
             RouterServicer(self.core, self.forwarder, self.guard, default_timeout_s=rs.default_timeout_s,
                            max_messages=settings.specialists.max_messages, max_tools=settings.specialists.max_tools),

@@ -14,7 +14,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
@@ -24,6 +23,7 @@ from macaron.auth.tls import add_port
 from macaron.config import MacaronSettings
 from macaron.discovery import build_source
 from macaron.grpc_malformed import MalformedRequestInterceptor
+from macaron.grpc_server import exclusive_server
 from macaron.ports import metrics_port
 from macaron.specialist.generation import EnginePool, Pipeline
 from macaron.specialist.metrics import SpecialistMetrics
@@ -129,7 +129,7 @@ class SpecialistServer:
         self.metrics = SpecialistMetrics(pipeline.profile.name)
         self._metrics_server: Any = None
         interceptors = [InternalTokenInterceptor(token)] if token else []
-        self.server = grpc.aio.server(interceptors=[*interceptors, MalformedRequestInterceptor()])
+        self.server = exclusive_server([*interceptors, MalformedRequestInterceptor()])
         self.health = health_aio.HealthServicer()
         specialist_pb2_grpc.add_SpecialistServicer_to_server(SpecialistServicer(pipeline, self.metrics), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
