@@ -255,6 +255,34 @@ def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> Non
     assert set(labels.values()) <= {"chat", "agent", "code", "ui", None}
 
 
+def test_arena_hard_keeps_hand_labelled_requests_the_classifier_can_read_whole(tmp_path: Path, monkeypatch) -> None:
+    repository = tmp_path / "src" / "lmarena" / "arena-hard-auto" / "data" / "arena-hard-v2.0"
+    repository.mkdir(parents=True)
+    prompts = ["Write a poem about rain", "make the code for the snake game playable fully in the terminal",
+               "give me code to test it with dummy inputs :\u2028image_points = np.array([1])",  # a line separator
+               "Create a responsive instagram login page in flutter", "x" * (ps.ARENA_HARD_MAX_CHARS + 1),
+               "data dump without a question", "never labelled"]
+    (repository / "question.jsonl").write_text("".join(
+        json.dumps({"uid": str(i), "prompt": p}, ensure_ascii=False) + "\n" for i, p in enumerate(prompts)),
+        encoding="utf-8")
+    path = ps.ARENA_HARD_FILE
+    _hand_labels(tmp_path, monkeypatch, "arena_hard", [
+        (path, prompts[0], "chat"), (path, prompts[1], "code"),
+        (path, "give me code to test it with dummy inputs :\nimage_points = np.array([1])", "code"),
+        (path, prompts[3], "ui"), (path, prompts[4], "code"), (path, prompts[5], None)])
+    assert ps.rows(tmp_path / "src") == []  # measured, not in the shipped sources
+    found = {r["text"]: r["label"] for r in ps.rows(tmp_path / "src", (ps.ARENA_HARD,))}
+    assert found == {prompts[0]: "chat", prompts[1]: "code", prompts[3]: "ui",
+                     "give me code to test it with dummy inputs :\nimage_points = np.array([1])": "code"}
+
+
+def test_arena_hard_hand_labels_cover_every_request_once() -> None:
+    lines = [json.loads(line) for line in (ps.HAND_LABELS_DIR / "arena_hard.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 750 and len({line["sha256_16"] for line in lines}) == 750
+    assert {line["label"] for line in lines} <= {"chat", "agent", "code", "ui", None}
+    assert all(line["path"] == ps.ARENA_HARD_FILE for line in lines)
+
+
 def test_toolalpaca_keeps_hand_labelled_requests_split_by_api(tmp_path: Path, monkeypatch) -> None:
     repository = tmp_path / "src" / "tangqiaoyu" / "ToolAlpaca" / "data"
     repository.mkdir(parents=True)
