@@ -40,11 +40,16 @@ def server_credentials(tls: ServerTlsSettings) -> grpc.ServerCredentials | None:
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: ServerTlsSettings) -> int:
-    """Binds `address` with TLS when configured; returns the bound port."""
+    """Binds `address` with TLS when configured; returns the bound port. A port another process holds is an
+    error that names the address (servers own their port: `macaron.grpc_server`)."""
     credentials = server_credentials(tls)
-    if credentials is None:
-        return server.add_insecure_port(address)
-    return server.add_secure_port(address, credentials)
+    try:
+        if credentials is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, credentials)
+    except RuntimeError as exc:
+        raise RuntimeError(f"could not bind {address}: another process holds the port, or the host is not an address "
+                           "of this machine; stop that process or configure another port") from exc
 
 
 def channel_credentials(tls: ClientTlsSettings) -> grpc.ChannelCredentials | None:
