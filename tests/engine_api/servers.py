@@ -56,7 +56,9 @@ def free_port() -> int:
             return bound
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        bound = sock.getsockname()[1]
+        _HANDED_OUT.add(bound)
+        return bound
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from macaron.router.classifier.data import find_data_dir
+from macaron.router.classifier.settings import ClassifierSettings
 
 DEV_SHARE = 0.1
 
@@ -482,7 +483,7 @@ def instruction_wild(root: Path) -> Iterator[Row]:
 
 
 ARENA_HARD_FILE = "data/arena-hard-v2.0/question.jsonl"
-ARENA_HARD_MAX_CHARS = 4000  # the classifier reads at most this much of a text (ClassifierSettings.max_chars)
+ARENA_HARD_MAX_CHARS: int = ClassifierSettings.model_fields["max_chars"].default  # the most the classifier reads
 
 
 def arena_hard(root: Path) -> Iterator[Row]:
