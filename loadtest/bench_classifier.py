@@ -8,7 +8,8 @@ mean over held-out source repositories of the escalating classifier's accuracy; 
 it from the artifact's training report (measured by the same code at `macaron router train`),
 the full run re-trains every fold. External: external.jsonl, prompts of sources no split of the
 routing data reads (all four specialists), and external_multiturn.jsonl, conversations built from them
-(a generative-UI benchmark's real revision turns as stays; switches between every pair of specialists).
+(a generative-UI benchmark's real revision turns as stays; switches between every pair of specialists);
+external_real_users.jsonl, real users' requests (Arena-Hard-Auto, labelled by hand; a third not in English).
 Latency: per decision on this thread, pinned to one core with torch on one thread; the embedding model is
 loaded before timing. Multi-turn: multiturn_dev.jsonl (stay / continue / switch / tool loop) through the
 same classifier, with the session's specialist; `multiturn_switch_confident` is the switches whose new turn
@@ -106,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     if external:
         log(f"external (never trained on): accuracy {external['accuracy']}, macro-F1 {external['macro_f1']}, "
             f"escalation {external['escalation_rate']}")
+    real_users_path = data_dir / "external_real_users.jsonl"  # real users' requests, never trained on
+    real_users: dict = evaluate(classifier, load_jsonl(real_users_path)) if real_users_path.is_file() else {}
+    if real_users:
+        log(f"real users (never trained on): accuracy {real_users['accuracy']}, macro-F1 {real_users['macro_f1']}, "
+            f"escalation {real_users['escalation_rate']}")
     external_turns_path = data_dir / "external_multiturn.jsonl"
     external_turns: dict = (evaluate(classifier, load_jsonl(external_turns_path)).get("multiturn", {})
                             if external_turns_path.is_file() else {})
@@ -202,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         "external_accuracy": external.get("accuracy"),
         "external_macro_f1": external.get("macro_f1"),
         "external_per_class": external.get("per_class"),
+        "real_user_accuracy": real_users.get("accuracy"),
+        "real_user_macro_f1": real_users.get("macro_f1"),
+        "real_user_escalation_rate": real_users.get("escalation_rate"),
         "external_multiturn_stay": external_turns.get("stay"),
         "external_multiturn_switch": external_turns.get("switch"),
         "external_multiturn_switch_confident": external_turns.get("switch_confident"),

@@ -69,6 +69,43 @@ def test_shipped_external_sets_are_never_trained_on(routing_data_dir: Path) -> N
     assert not shared, f"external texts in train/dev: {shared[:3]}"
 
 
+def test_real_users_set_is_written_apart_and_leaves_the_other_sets_alone(tmp_path: Path, monkeypatch) -> None:
+    from macaron.router.classifier import public_sources as ps
+
+    prompts = ["Write a poem about rain", "What is the value of 2+2?", "Given that the hypotenuse of a right "
+               "triangle is 13, find the legs.", "Create a responsive instagram login page in flutter", "unlabelled"]
+    arena = tmp_path / "root" / ps.ARENA_HARD.repository / ps.ARENA_HARD_FILE
+    arena.parent.mkdir(parents=True)
+    arena.write_text("".join(json.dumps({"uid": str(i), "prompt": p}) + "\n" for i, p in enumerate(prompts)))
+    labels = tmp_path / "hand_labels"
+    labels.mkdir()
+    (labels / "arena_hard.jsonl").write_text("".join(
+        json.dumps({"path": ps.ARENA_HARD_FILE, "sha256_16": ps.text_digest(p), "label": label}) + "\n"
+        for p, label in zip(prompts, ("chat", "chat", "chat", "ui"))))
+    monkeypatch.setattr(ps, "HAND_LABELS_DIR", labels)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text(json.dumps({"text": "what is the VALUE of 2+2?", "label": "chat"}) + "\n")
+    external = json.dumps({"text": "Given that the hypotenuse of a right triangle is 13, find the legs.",
+                           "label": "chat"}) + "\n"
+    (data / es.EXTERNAL_FILE).write_text(external)
+    assert es.write(data, tmp_path / "root") == {"real_users": {"chat": 1, "ui": 1}}
+    assert (data / es.EXTERNAL_FILE).read_text() == external  # its sources are not under root: kept
+    assert not (data / es.EXTERNAL_MULTITURN_FILE).exists()
+    real = [json.loads(x) for x in (data / es.EXTERNAL_REAL_USERS_FILE).read_text().splitlines()]
+    assert [(r["text"], r["label"]) for r in real] == [(prompts[0], "chat"), (prompts[3], "ui")]  # trained or
+    assert {r["license"] for r in real} == {"Apache-2.0"}  # in the other set: dropped; unlabelled: left out
+
+
+def test_shipped_real_users_set_is_never_trained_on_nor_in_the_other_set(routing_data_dir: Path) -> None:
+    real = [json.loads(x) for x in (routing_data_dir / es.EXTERNAL_REAL_USERS_FILE).read_text().splitlines() if x]
+    assert len(real) >= 600 and {r["label"] for r in real} >= {"chat", "code", "ui"}
+    known = es.training_texts(routing_data_dir) | {
+        es.normalise(json.loads(x)["text"]) for x in (routing_data_dir / es.EXTERNAL_FILE).read_text().splitlines() if x}
+    shared = [r["text"] for r in real if es.normalise(r["text"]) in known]
+    assert not shared, f"real users' texts in training or external.jsonl: {shared[:3]}"
+
+
 def _agent_and_ui_sources(root: Path) -> None:
     jarvis = root / "microsoft" / "JARVIS" / "taskbench" / "data_dailylifeapis"
     jarvis.mkdir(parents=True)

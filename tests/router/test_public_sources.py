@@ -276,11 +276,44 @@ def test_arena_hard_keeps_hand_labelled_requests_the_classifier_can_read_whole(t
                      "give me code to test it with dummy inputs :\nimage_points = np.array([1])": "code"}
 
 
-def test_arena_hard_hand_labels_cover_every_request_once() -> None:
-    lines = [json.loads(line) for line in (ps.HAND_LABELS_DIR / "arena_hard.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert len(lines) == 750 and len({line["sha256_16"] for line in lines}) == 750
+def test_maths_sources_keep_the_problem_as_chat_and_only_openly_licensed_textbooks(tmp_path: Path) -> None:
+    math = tmp_path / "src" / "ZubinGou" / "math-evaluation-harness" / "data" / "math"
+    math.mkdir(parents=True)
+    (math / "test.jsonl").write_text("".join(json.dumps(item) + "\n" for item in (
+        {"problem": "How many vertical asymptotes does the graph of $y=\\frac{2}{x^2+x-6}$ have?",
+         "solution": "The denominator factors ... $\\boxed{2}$", "idx": 0},
+        {"problem": "  ", "idx": 1})) + "\n", encoding="utf-8")
+    college = tmp_path / "src" / "QwenLM" / "Qwen2.5-Math" / "evaluation" / "data" / "college_math"
+    college.mkdir(parents=True)
+    (college / "test.jsonl").write_text("".join(json.dumps(item) + "\n" for item in (
+        {"data_source": "college_math.Calculus", "question_number": "1.2", "license":
+         "Creative Commons Attribution Non-Commercial ShareAlike 4.0 International License (CC BY-NC-SA 4.0)",
+         "question": "Find the derivative of the function:\n$\\frac{1}{1+1 / x}$"},
+        {"data_source": "college_math.Linear", "question_number": "3", "license": "Creative Commons License  (CC BY)",
+         "question": "Unitarily diagonalize the hermitian matrix $A$."},
+        {"data_source": "college_math.Vector", "question_number": "4", "license": "GNU Free Documentation License",
+         "question": "Evaluate the given triple integral."},
+        {"data_source": "college_math.PRECALCULUS", "question_number": "5", "license": "Creative Commons License",
+         "question": "Solve the equation: $\\arccos (2 x)=\\pi$"},  # no version, no terms: left out
+        {"data_source": "college_math.Probability", "question_number": "6",
+         "license": "The book is copyright (c) by its authors. It may be copied ... provided no money is charged.",
+         "question": "Compute the joint cdf."})), encoding="utf-8")
+    found = {r["text"]: r for r in ps.rows(tmp_path / "src")}
+    assert {t: r["label"] for t, r in found.items()} == {
+        "How many vertical asymptotes does the graph of $y=\\frac{2}{x^2+x-6}$ have?": "chat",
+        "Find the derivative of the function:\n$\\frac{1}{1+1 / x}$": "chat",
+        "Unitarily diagonalize the hermitian matrix $A$.": "chat",
+        "Evaluate the given triple integral.": "chat"}
+    assert found["Evaluate the given triple integral."]["source"] == "QwenLM/Qwen2.5-Math:" + ps.COLLEGE_MATH_FILE
+
+
+@pytest.mark.parametrize(("path", "requests"), [(ps.ARENA_HARD_FILE, 750), (ps.ARENA_HARD_V01_FILE, 500)])
+def test_arena_hard_hand_labels_cover_every_request_once(path: str, requests: int) -> None:
+    name = ps.ARENA_HAND_LABELS[path]
+    lines = [json.loads(line) for line in (ps.HAND_LABELS_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == requests and len({line["sha256_16"] for line in lines}) == requests
     assert {line["label"] for line in lines} <= {"chat", "agent", "code", "ui", None}
-    assert all(line["path"] == ps.ARENA_HARD_FILE for line in lines)
+    assert all(line["path"] == path for line in lines)
 
 
 def test_toolalpaca_keeps_hand_labelled_requests_split_by_api(tmp_path: Path, monkeypatch) -> None:

@@ -93,6 +93,44 @@ def asdiv(root: Path) -> Iterator[Row]:
         yield Row(text, "chat", "dataset/ASDiv.xml", problem.get("ID", text))
 
 
+# Competition maths (MATH: algebra, counting and probability, geometry, number theory, precalculus,
+# AMC/AIME levels 1-5), written in LaTeX. Real users ask such questions as they are; without them every
+# maths line of the data was a grade-school word problem, and LaTeX maths went to `code`.
+MATH_FILE = "data/math/test.jsonl"
+
+
+def competition_math(root: Path) -> Iterator[Row]:
+    """MATH's 5,000 test problems as the harness ships them (the problem only, never its solution)."""
+    path = root / MATH_FILE
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line) if line.strip() else {}
+        text = _request_text(str(item.get("problem") or ""))
+        if text:
+            yield Row(text, "chat", MATH_FILE, str(item.get("idx", text)))
+
+
+# College textbook exercises (algebra, calculus, differential equations, linear algebra, probability,
+# vector calculus). Every line names its textbook's license; only the openly licensed ones are read.
+COLLEGE_MATH_FILE = "evaluation/data/college_math/test.jsonl"
+COLLEGE_MATH_LICENSES = ("Creative Commons Attribution", "Creative Commons License  (CC BY)",
+                         "GNU Free Documentation License")
+
+
+def college_math(root: Path) -> Iterator[Row]:
+    """The exercises of openly licensed textbooks (CC BY, CC BY-NC-SA, GFDL), the question only."""
+    path = root / COLLEGE_MATH_FILE
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line) if line.strip() else {}
+        text = _request_text(str(item.get("question") or ""))
+        if text and str(item.get("license", "")).startswith(COLLEGE_MATH_LICENSES):
+            yield Row(text, "chat", COLLEGE_MATH_FILE,
+                      f"{item.get('data_source', '')}/{item.get('question_number', text)}")
+
+
 # --- task-oriented dialogue (`agent`) ------------------------------------------------------------
 
 _GENERIC_OPENING = re.compile(r"^(hi|hello|hey)?\W*(can|could|would|will) you (please )?(help|assist)\b", re.I)
@@ -483,6 +521,8 @@ def instruction_wild(root: Path) -> Iterator[Row]:
 
 
 ARENA_HARD_FILE = "data/arena-hard-v2.0/question.jsonl"
+ARENA_HARD_V01_FILE = "data/arena-hard-v0.1/question.jsonl"  # 500 earlier requests, English, mostly technical
+ARENA_HAND_LABELS = {ARENA_HARD_FILE: "arena_hard", ARENA_HARD_V01_FILE: "arena_hard_v01"}
 ARENA_HARD_MAX_CHARS: int = ClassifierSettings.model_fields["max_chars"].default  # the most the classifier reads
 
 
@@ -493,15 +533,20 @@ def arena_hard(root: Path) -> Iterator[Row]:
     `code`, except building a web page, app screen or component (`ui`) and writing, planning or science
     filed under coding (`chat`); null where no one specialist clearly serves it. Texts longer than the
     classifier reads (pasted files and logs) are left out."""
-    labels = hand_labels("arena_hard")
-    path = root / ARENA_HARD_FILE
+    yield from arena_hard_file(root / ARENA_HARD_FILE)
+
+
+def arena_hard_file(path: Path, name: str = ARENA_HARD_FILE) -> Iterator[Row]:
+    """`arena_hard`, from a question file itself (the external check set reads it so); `name`, its path in
+    the repository, picks its hand labels (`ARENA_HAND_LABELS`)."""
     if not path.is_file():
         return
+    labels = hand_labels(ARENA_HAND_LABELS[name])
     for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines(): prompts hold U+2028
         text = _request_text(str(json.loads(line).get("prompt") or "")) if line.strip() else ""
         label = labels.get(text_digest(text)) if text else None
         if label and len(text) <= ARENA_HARD_MAX_CHARS:
-            yield Row(text, label, ARENA_HARD_FILE, text.lower())
+            yield Row(text, label, name, text.lower())
 
 
 TOOLALPACA_FILES = ("data/eval_real.json", "data/eval_simulated.json")
@@ -651,6 +696,10 @@ class Source:
 SOURCES: tuple[Source, ...] = (
     Source("arkilpatel/SVAMP", "689d7ccac74b9983a2ac7cc3b264f441b99e7c53", "MIT", svamp, 600),
     Source("chaochun/nlu-asdiv-dataset", "883f90a9a65bf00304ba8f37423910fe743abc47", "CC BY-NC 4.0", asdiv, 600),
+    Source("ZubinGou/math-evaluation-harness", "db77bc6bb2a17c90ed2d63e88ebd8c40a82858c5", "MIT (MATH)",
+           competition_math, 500),
+    Source("QwenLM/Qwen2.5-Math", "a45202bd16f1ec06f433442dc1152d0074773465",
+           "CC BY 3.0 / CC BY / CC BY-NC-SA / GFDL (per textbook)", college_math, 500),
     Source("google-research-datasets/dstc8-schema-guided-dialogue", "e852981ae34990f4358979625854259302feaa78",
            "CC BY-SA 4.0", sgd, 700, sgd_conversations, 150, tools=True),
     Source("xliuhw/NLU-Evaluation-Data", "f6071b496b17d71e6eb43f543af0707f4ff30557", "CC BY 4.0", hwu, 900),
@@ -685,7 +734,8 @@ SOURCES: tuple[Source, ...] = (
 
 
 # Read and labelled, not in SOURCES: trained on, it cost the external `ui` check 14 points of recall (classifier
-# README, "Measured, not shipped: a second source of real users"). `rows(root, (ARENA_HARD,))` builds its lines.
+# README, "Measured, not shipped: a second source of real users"). It is the real-user external check set
+# (external_sources.REAL_USERS); `rows(root, (ARENA_HARD,))` builds its lines as training data.
 ARENA_HARD = Source("lmarena/arena-hard-auto", "196f6b826783b3da7310e361a805fa36f0be83f3", "Apache-2.0", arena_hard,
                     750)
 
