@@ -99,13 +99,15 @@ def asdiv(root: Path) -> Iterator[Row]:
 MATH_FILE = "data/math/test.jsonl"
 
 
+def _jsonl_objects(path: Path) -> Iterator[dict[str, Any]]:
+    """The objects of a JSON-lines file, none if it is missing."""
+    if path.is_file():
+        yield from (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
 def competition_math(root: Path) -> Iterator[Row]:
     """MATH's 5,000 test problems as the harness ships them (the problem only, never its solution)."""
-    path = root / MATH_FILE
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8").splitlines():
-        item = json.loads(line) if line.strip() else {}
+    for item in _jsonl_objects(root / MATH_FILE):
         text = _request_text(str(item.get("problem") or ""))
         if text:
             yield Row(text, "chat", MATH_FILE, str(item.get("idx", text)))
@@ -120,11 +122,7 @@ COLLEGE_MATH_LICENSES = ("Creative Commons Attribution", "Creative Commons Licen
 
 def college_math(root: Path) -> Iterator[Row]:
     """The exercises of openly licensed textbooks (CC BY, CC BY-NC-SA, GFDL), the question only."""
-    path = root / COLLEGE_MATH_FILE
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8").splitlines():
-        item = json.loads(line) if line.strip() else {}
+    for item in _jsonl_objects(root / COLLEGE_MATH_FILE):
         text = _request_text(str(item.get("question") or ""))
         if text and str(item.get("license", "")).startswith(COLLEGE_MATH_LICENSES):
             yield Row(text, "chat", COLLEGE_MATH_FILE,
