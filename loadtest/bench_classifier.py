@@ -9,7 +9,7 @@ it from the artifact's training report (measured by the same code at `macaron ro
 the full run re-trains every fold. External: external.jsonl, prompts of sources no split of the
 routing data reads (all four specialists), and external_multiturn.jsonl, conversations built from them
 (a generative-UI benchmark's real revision turns as stays; switches between every pair of specialists);
-external_real_users.jsonl, real users' requests (Arena-Hard-Auto, labelled by hand; a third not in English).
+external_real_users.jsonl, real users' requests (Arena-Hard-Auto v2.0 and v0.1, labelled by hand; a fifth not in English).
 Latency: per decision on this thread, pinned to one core with torch on one thread; the embedding model is
 loaded before timing. Multi-turn: multiturn_dev.jsonl (stay / continue / switch / tool loop) through the
 same classifier, with the session's specialist; `multiturn_switch_confident` is the switches whose new turn

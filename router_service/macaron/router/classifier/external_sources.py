@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,25 +132,20 @@ EXTERNAL: tuple[ExternalSource, ...] = (
 _EVOGENUI = next(s for s in EXTERNAL if s.reader is evogenui_first_turns)
 
 
-def arena_hard_requests(path: Path) -> Iterator[tuple[str, str]]:
-    for row in arena_hard_file(path, ARENA_HARD_FILE):
-        yield row.text, row.label
-
-
-def arena_hard_v01_requests(path: Path) -> Iterator[tuple[str, str]]:
-    for row in arena_hard_file(path, ARENA_HARD_V01_FILE):
-        yield row.text, row.label
+def _arena_hard_requests(name: str) -> Callable[[Path], Iterator[tuple[str, str]]]:
+    """The reader of one Arena-Hard-Auto question file (`name`, its path in the repository, picks its labels)."""
+    def read(path: Path) -> Iterator[tuple[str, str]]:
+        return ((row.text, row.label) for row in arena_hard_file(path, name))
+    return read
 
 
 # Real users' requests, kept apart from the benchmark-written sets above: people paste maths in LaTeX, write
 # in their own language and mix domains, and a source hold-out over benchmark data overstated how the
 # router reads them (0.903 held out against 0.835 on v2.0, routing_data/README.md). Both files are
 # Chatbot Arena requests picked as hard by Arena-Hard-Auto, labelled by hand (hand_labels/arena_hard*.jsonl).
-REAL_USERS: tuple[ExternalSource, ...] = (
-    ExternalSource(ARENA_HARD.repository, ARENA_HARD.commit, ARENA_HARD.license, ARENA_HARD_FILE,
-                   arena_hard_requests),
-    ExternalSource(ARENA_HARD.repository, ARENA_HARD.commit, ARENA_HARD.license, ARENA_HARD_V01_FILE,
-                   arena_hard_v01_requests),
+REAL_USERS: tuple[ExternalSource, ...] = tuple(
+    ExternalSource(ARENA_HARD.repository, ARENA_HARD.commit, ARENA_HARD.license, name, _arena_hard_requests(name))
+    for name in (ARENA_HARD_FILE, ARENA_HARD_V01_FILE)
 )
 
 
@@ -239,10 +235,7 @@ def _present(root: Path, sources: tuple[ExternalSource, ...]) -> bool:
 
 
 def _counts(lines: list[dict[str, Any]], key: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in lines:
-        counts[r[key]] = counts.get(r[key], 0) + 1
-    return counts
+    return dict(Counter(r[key] for r in lines))
 
 
 def write(data_dir: Path, root: Path) -> dict[str, Any]:
