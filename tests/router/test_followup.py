@@ -52,6 +52,26 @@ def test_fit_counts_each_text_once_and_needs_both_kinds(fast_classifier) -> None
     assert flat.probabilities(vectorizer, FOLLOW_UPS).tolist() == [0.5] * 4
 
 
+def test_features_computed_once_fit_and_predict_as_featurized_each_time(fast_classifier) -> None:
+    """The train featurizes every text once (`TextRows`) for all its out-of-fold fits; that must change nothing."""
+    vectorizer = fast_classifier.artifact.fast.vectorizer
+    texts, labels = FOLLOW_UPS + REQUESTS, np.array([1] * 4 + [0] * 4)
+    extra = ["Book a table for two at eight", "Sort this list of numbers in Python"]
+    rows = followup.TextRows(vectorizer, texts + extra + ["an unused text"])
+    kept = followup.fit(vectorizer, texts, labels, standalone=extra, standalone_share=0.3, rows=rows)
+    each = followup.fit(vectorizer, texts, labels, standalone=extra, standalone_share=0.3)
+    np.testing.assert_array_equal(kept.weights, each.weights)
+    np.testing.assert_array_equal(kept.cue_weights, each.cue_weights)
+    np.testing.assert_array_equal(kept.probabilities(vectorizer, texts, rows=rows), each.probabilities(vectorizer, texts))
+    groups = np.array(["a"] * 4 + ["b"] * 4)
+    np.testing.assert_array_equal(followup.out_of_fold(vectorizer, texts, ["stay"] * 4 + ["switch"] * 4, groups,
+                                                       standalone=extra, standalone_groups=["a", "b"],
+                                                       standalone_share=0.3, rows=rows),
+                                  followup.out_of_fold(vectorizer, texts, ["stay"] * 4 + ["switch"] * 4, groups,
+                                                       standalone=extra, standalone_groups=["a", "b"],
+                                                       standalone_share=0.3))
+
+
 def test_out_of_fold_never_sees_the_held_out_group(fast_classifier) -> None:
     vectorizer = fast_classifier.artifact.fast.vectorizer
     texts = FOLLOW_UPS + REQUESTS + ["go on"]

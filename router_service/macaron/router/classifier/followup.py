@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -128,16 +129,40 @@ class FollowupModel:
         return {name: round(float(w), 4) for name, w in zip(CUES, self.cue_weights)}
 
     def probabilities(self, vectorizer: TfidfVectorizer, texts: Sequence[str],
-                      embedding_of: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-        """The batch twin of `probability_of`; `embedding_of` maps a short text to its embedding."""
+                      embedding_of: Mapping[str, np.ndarray] | None = None, rows: TextRows | None = None) -> np.ndarray:
+        """The batch twin of `probability_of`; `embedding_of` maps a short text to its embedding; `rows`, the
+        texts' features computed once (else featurized here)."""
         if not texts:
             return np.zeros(0)
-        x = vectorizer.transform_many([analyze(t) for t in texts])
-        scores = np.asarray(x @ self.weights).ravel() + form_cue_matrix(texts) @ self.cue_weights + self.bias
+        x = rows.features(texts) if rows is not None else vectorizer.transform_many([analyze(t) for t in texts])
+        cues = rows.cues(texts) if rows is not None else form_cue_matrix(texts)
+        scores = np.asarray(x @ self.weights).ravel() + cues @ self.cue_weights + self.bias
         if self.embedding_weights is not None and embedding_of is not None:
             scores = scores + embedding_matrix(texts, embedding_of, self.max_embedded_words,
                                                len(self.embedding_weights)) @ self.embedding_weights
         return 1.0 / (1.0 + np.exp(-scores))
+
+
+class TextRows:
+    """Each distinct text's fast-path features and form cues, computed once. Why: the out-of-fold fits read the
+    same texts (every single-turn request among them) once per held-out repository, and featurizing them again
+    each time was most of the follow-up model's training time."""
+
+    def __init__(self, vectorizer: TfidfVectorizer, texts: Iterable[str]) -> None:
+        distinct = sorted(set(texts))
+        self._index = {t: i for i, t in enumerate(distinct)}
+        self._features = vectorizer.transform_many([analyze(t) for t in distinct])
+        self._cues = form_cue_matrix(distinct)
+
+    def _at(self, texts: Sequence[str]) -> list[int]:
+        return [self._index[t] for t in texts]
+
+    def features(self, texts: Sequence[str]) -> Any:
+        """The texts' fast-path feature rows (a sparse matrix), as `vectorizer.transform_many` gives them."""
+        return self._features[self._at(texts)]
+
+    def cues(self, texts: Sequence[str]) -> np.ndarray:
+        return self._cues[self._at(texts)] if texts else np.zeros((0, len(CUES)))
 
 
 def embedding_matrix(texts: Sequence[str], embedding_of: Mapping[str, np.ndarray], max_words: int,
@@ -163,11 +188,13 @@ def training_rows(kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c: float = 1.0,
         cue_scale: float = DEFAULT_CUE_SCALE, standalone: Sequence[str] = (),
-        standalone_share: float = 0.0, embedding: EmbeddingInput | None = None) -> FollowupModel:
+        standalone_share: float = 0.0, embedding: EmbeddingInput | None = None,
+        rows: TextRows | None = None) -> FollowupModel:
     """Each distinct (text, label) counts once (the written follow-ups repeat over many lines), and the two
     classes weigh the same. `cue_scale` multiplies the form cues while fitting (0: TF-IDF alone).
     `standalone`: more full requests (negatives), together `standalone_share` of the negative class's weight;
-    a text already among `texts` keeps its label there. `embedding`: also read short turns' embeddings."""
+    a text already among `texts` keeps its label there. `embedding`: also read short turns' embeddings.
+    `rows`: the texts' features computed once (else featurized here)."""
     from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
@@ -184,9 +211,11 @@ def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c
         np.full(len(extra), 0.5 * share / max(1, len(extra))),
     ]) * len(y)
     distinct_texts = [t for t, _ in distinct] + extra
-    x = vectorizer.transform_many([analyze(t) for t in distinct_texts])
+    if rows is None:
+        rows = TextRows(vectorizer, distinct_texts)
+    x = rows.features(distinct_texts)
     if cue_scale > 0:
-        x = sparse.hstack([x, sparse.csr_matrix(cue_scale * form_cue_matrix(distinct_texts))], format="csr")
+        x = sparse.hstack([x, sparse.csr_matrix(cue_scale * rows.cues(distinct_texts))], format="csr")
     if embedding is not None:
         dense = embedding_matrix(distinct_texts, embedding.vectors, embedding.max_words, embedding.dims)
         x = sparse.hstack([x, sparse.csr_matrix(embedding.scale * dense)], format="csr")
@@ -206,9 +235,11 @@ def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c
 def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequence[str], groups: np.ndarray,
                 c: float = 1.0, cue_scale: float = DEFAULT_CUE_SCALE, standalone: Sequence[str] = (),
                 standalone_groups: Sequence[str] = (), standalone_share: float = 0.0,
-                embedding: EmbeddingInput | None = None) -> np.ndarray:
+                embedding: EmbeddingInput | None = None, rows: TextRows | None = None) -> np.ndarray:
     """Every line's probability from a model fitted without its group (source repository of the new turn),
-    the group's own standalone requests left out too."""
+    the group's own standalone requests left out too. `rows`: the features of `texts` and `standalone`
+    computed once (else computed here, once for every fold)."""
+    features = rows if rows is not None else TextRows(vectorizer, [*texts, *standalone])
     rows, labels = training_rows(kinds)
     extra_groups = np.asarray(standalone_groups)
     out = np.zeros(len(texts))
@@ -217,7 +248,7 @@ def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequen
         keep = groups[rows] != name
         others = [t for t, g in zip(standalone, extra_groups) if g != name]
         model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale, others, standalone_share,
-                    embedding)
+                    embedding, features)
         out[held] = model.probabilities(vectorizer, [texts[i] for i in held],
-                                        None if embedding is None else embedding.vectors)
+                                        None if embedding is None else embedding.vectors, features)
     return out

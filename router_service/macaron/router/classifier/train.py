@@ -591,9 +591,10 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
         vectors = np.asarray(embed(short)) if short else np.zeros((0, head.weights.shape[0]))
         embedding = followup.EmbeddingInput(vectors=dict(zip(short, vectors)), max_words=config.followup_embedding_words,
                                             dims=head.weights.shape[0], scale=config.followup_embedding_scale)
+    text_rows = followup.TextRows(fast.vectorizer, last_texts + standalone)  # featurized once for every fit below
     followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
                                      standalone=standalone, standalone_groups=standalone_groups,
-                                     standalone_share=share, embedding=embedding)
+                                     standalone_share=share, embedding=embedding, rows=text_rows)
     readable = first_followups = None
     if embedding is not None:
         # What a router reads first (decision.py): the TF-IDF model for turns the embedding model would read.
@@ -601,15 +602,16 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
         short_turns = set(followup.short_texts(last_texts, embedding.max_words))
         readable = np.array([t in short_turns for t in last_texts])
         plain = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
-                                     standalone=standalone, standalone_groups=standalone_groups, standalone_share=share)
+                                     standalone=standalone, standalone_groups=standalone_groups, standalone_share=share,
+                                     rows=text_rows)
         first_followups = np.where(readable, plain, followups)
     rows, labels = followup.training_rows(kinds)
     row_texts = [last_texts[i] for i in rows]
     followup_model = followup.fit(fast.vectorizer, row_texts, labels, cue_scale=scale,
-                                  standalone=standalone, standalone_share=share)
+                                  standalone=standalone, standalone_share=share, rows=text_rows)
     followup_embedded = None if embedding is None else followup.fit(
         fast.vectorizer, row_texts, labels, cue_scale=scale, standalone=standalone, standalone_share=share,
-        embedding=embedding)
+        embedding=embedding, rows=text_rows)
     cache: dict[tuple[str, ...], Any] = {}  # the turns' logits do not depend on the threshold
 
     def data_at(t: float) -> Any:
