@@ -249,10 +249,50 @@ def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> Non
     data_dir = Path(ps.__file__).resolve().parent / "routing_data"
     lines = [json.loads(line) for split in ("train", "dev")
              for line in (data_dir / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
-    wild = [line for line in lines if line["source"].startswith("XueFuzhao/InstructionWild:")]
+    wild = [line for line in lines if line["source"].startswith("XueFuzhao/InstructionWild:")
+            and not line["source"].endswith(ps.INSTRUCTION_WILD_CHINESE)]  # those carry their English twin's label
     assert len(wild) > 800
     assert all(labels.get(ps.text_digest(line["text"])) == line["label"] for line in wild)
     assert set(labels.values()) <= {"chat", "agent", "code", "ui", None}
+
+
+def test_requests_in_other_languages_are_read_only_when_asked_for(tmp_path: Path, monkeypatch) -> None:
+    """InstructionWild's Chinese seeds take their English twin's hand label and unit (one split for both);
+    MCoNaLa's questions are `code`, each question once; neither is in SOURCES yet."""
+    wild = tmp_path / "src" / "XueFuzhao" / "InstructionWild"
+    (wild / "data_v2").mkdir(parents=True)
+    (wild / "data").mkdir()
+    (wild / "data_v2" / "user_1.jsonl").write_text(
+        '{"instruction":"Write a poem about Xbox"}\n{"instruction":"Sort a list in Python"}\n'
+        '{"instruction":"cat /etc/oracle-release"}\n', encoding="utf-8")
+    (wild / "data" / "seed_prompts_ch.jsonl").write_text(
+        '{"instruction": "写一首关于Xbox的诗"}\n{"instruction": "用Python给列表排序"}\n'
+        '{"instruction": "cat /etc/oracle-release"}\n', encoding="utf-8")
+    _hand_labels(tmp_path, monkeypatch, "instruction_wild", [
+        ("data_v2/user_1.jsonl", "Write a poem about Xbox", "chat"),
+        ("data_v2/user_1.jsonl", "Sort a list in Python", "code"),
+        ("data_v2/user_1.jsonl", "cat /etc/oracle-release", None),
+    ])
+    conala = tmp_path / "src" / "zorazrw" / "multilingual-conala" / "dataset" / "test"
+    conala.mkdir(parents=True)
+    (conala.parent / "train").mkdir()
+    (conala.parent / "train" / "train.json").write_text("[]", encoding="utf-8")
+    (conala / "ru_test.json").write_text(json.dumps([
+        {"intent": "Сделать первую букву  каждого слова заглавной", "question_id": 7},
+        {"intent": "Сделать первую букву каждого слова заглавной", "question_id": 7},  # a second snippet
+        {"intent": "Как удалить дубликаты из списка", "question_id": 8}]), encoding="utf-8")
+    shipped = {r["text"] for r in ps.rows(tmp_path / "src")}
+    assert not any("诗" in t or "Сделать" in t for t in shipped)
+    found = {r["text"]: r for r in ps.rows(tmp_path / "src", ps.MULTILINGUAL)}
+    assert {t: r["label"] for t, r in found.items()} == {
+        "写一首关于Xbox的诗": "chat", "用Python给列表排序": "code",  # the twin read and left out is not there
+        "Сделать первую букву каждого слова заглавной": "code", "Как удалить дубликаты из списка": "code"}
+    both = {r["text"]: r["split"] for r in ps.rows(tmp_path / "src", ps.SOURCES + ps.MULTILINGUAL)}
+    assert both["写一首关于Xbox的诗"] == both["Write a poem about Xbox"]
+    assert both["用Python给列表排序"] == both["Sort a list in Python"]
+    (wild / "data" / "seed_prompts_ch.jsonl").write_text('{"instruction": "写一首关于Xbox的诗"}\n', encoding="utf-8")
+    assert not any(r["source"].endswith(ps.INSTRUCTION_WILD_CHINESE)  # a pairing it cannot trust: nothing read
+                   for r in ps.rows(tmp_path / "src", ps.MULTILINGUAL))
 
 
 def test_arena_hard_keeps_hand_labelled_requests_the_classifier_can_read_whole(tmp_path: Path, monkeypatch) -> None:

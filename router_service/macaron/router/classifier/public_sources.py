@@ -29,7 +29,7 @@ import pickle
 import random
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -518,6 +518,45 @@ def instruction_wild(root: Path) -> Iterator[Row]:
                 yield Row(text, label, name, text.lower())
 
 
+INSTRUCTION_WILD_CHINESE = "data/seed_prompts_ch.jsonl"  # user_1.jsonl's 429 requests in Chinese, line for line
+INSTRUCTION_WILD_ENGLISH = "data_v2/user_1.jsonl"
+
+
+def instruction_wild_chinese(root: Path) -> Iterator[Row]:
+    """InstructionWild's seed requests in Chinese (the repository's translation of user_1.jsonl, line for line),
+    each with its English twin's hand label and unit, so a pair never straddles train and dev. Both files must
+    hold the same number of requests (else the pairing is not known and nothing is read)."""
+    paths = root / INSTRUCTION_WILD_CHINESE, root / INSTRUCTION_WILD_ENGLISH
+    if not all(p.is_file() for p in paths):
+        return
+    chinese, english = ([_request_text(str(r.get("instruction") or "")) for r in _json_records(p.read_text("utf-8"))]
+                        for p in paths)
+    if len(chinese) != len(english):
+        return
+    labels = hand_labels("instruction_wild")
+    for text, twin in zip(chinese, english):
+        label = labels.get(text_digest(twin)) if twin else None
+        if label and text:
+            yield Row(text, label, INSTRUCTION_WILD_CHINESE, twin.lower())
+
+
+MCONALA_FILES = ("dataset/test/es_test.json", "dataset/test/ja_test.json", "dataset/test/ru_test.json")
+
+
+def mconala(root: Path) -> Iterator[Row]:
+    """MCoNaLa: Stack Overflow questions about Python asked in Spanish, Japanese and Russian, as titled (`intent`;
+    each question once), `code`: the other languages' developer questions beside the English CoNaLa."""
+    for path in MCONALA_FILES:
+        if not (root / path).is_file():
+            continue
+        seen: set[int] = set()
+        for item in json.loads((root / path).read_text(encoding="utf-8")):
+            text = _clean(item.get("intent") or "")
+            if text and item["question_id"] not in seen:
+                seen.add(item["question_id"])
+                yield Row(text, "code", path, f"{path}:{item['question_id']}")
+
+
 ARENA_HARD_FILE = "data/arena-hard-v2.0/question.jsonl"
 ARENA_HARD_V01_FILE = "data/arena-hard-v0.1/question.jsonl"  # 500 earlier requests, English, mostly technical
 ARENA_HAND_LABELS = {ARENA_HARD_FILE: "arena_hard", ARENA_HARD_V01_FILE: "arena_hard_v01"}
@@ -738,6 +777,16 @@ ARENA_HARD = Source("lmarena/arena-hard-auto", "196f6b826783b3da7310e361a805fa36
                     750)
 
 
+# Requests in other languages, measured and not in SOURCES yet: the shipped artifact was trained without them
+# (classifier README, "Requests in other languages"); `--multilingual` builds them in.
+MULTILINGUAL = (
+    Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
+           "non-commercial research use (InstructionWild LICENSE)", instruction_wild_chinese, 450),
+    Source("zorazrw/multilingual-conala", "b48112fe492432507d72004aafb6f0c399308333", "CC BY-SA 4.0 (CoNaLa)",
+           mconala, 300),
+)
+
+
 def _unit_split(source: Source, unit: str) -> str:
     if source.repository == "bytedance/web-bench":
         return "dev" if unit in WEBBENCH_DEV else "train"
@@ -786,9 +835,10 @@ def conversations(root: Path, sources: tuple[Source, ...] = SOURCES) -> list[dic
     return found
 
 
-def write(data_dir: Path, root: Path) -> dict[str, Any]:
-    """Replaces these repositories' lines in train/dev.jsonl and conversations.jsonl."""
-    new = rows(root)
+def write(data_dir: Path, root: Path, multilingual: bool = False) -> dict[str, Any]:
+    """Replaces these repositories' lines in train/dev.jsonl and conversations.jsonl (`multilingual`: with the
+    requests of `MULTILINGUAL` too)."""
+    new = rows(root, SOURCES + MULTILINGUAL if multilingual else SOURCES)
     repositories = {r["source"].split(":", 1)[0] for r in new}
     lines: dict[str, list[str]] = {}
     seen: set[str] = set()
@@ -818,19 +868,25 @@ def write(data_dir: Path, root: Path) -> dict[str, Any]:
     return counts
 
 
-def run_builder(build: Callable[[Path, Path], dict[str, Any]], description: str, argv: list[str] | None) -> int:
-    """The command line of a data builder: `--root` (the checked-out repositories) and `--data-dir`."""
+def run_builder(build: Callable[..., dict[str, Any]], description: str, argv: list[str] | None,
+                switches: Mapping[str, str] | None = None) -> int:
+    """The command line of a data builder: `--root` (the checked-out repositories), `--data-dir`, and
+    `switches` (flag name -> help), each passed to `build` as a keyword of the same name."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--root", type=Path, required=True,
                         help="Folder holding the checked-out repositories as <owner>/<name>.")
     parser.add_argument("--data-dir", help="Routing data folder (default: the shipped one).")
+    for name, text in (switches or {}).items():
+        parser.add_argument(f"--{name}", action="store_true", help=text)
     args = parser.parse_args(argv)
-    print(json.dumps(build(find_data_dir(args.data_dir), args.root)))
+    flags = {name: getattr(args, name) for name in (switches or {})}
+    print(json.dumps(build(find_data_dir(args.data_dir), args.root, **flags)))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_builder(write, __doc__.splitlines()[0], argv)
+    return run_builder(write, __doc__.splitlines()[0], argv,
+                       {"multilingual": "Also the requests in other languages (MULTILINGUAL), not in SOURCES yet."})
 
 
 if __name__ == "__main__":
