@@ -778,12 +778,13 @@ ARENA_HARD = Source("lmarena/arena-hard-auto", "196f6b826783b3da7310e361a805fa36
 
 
 # Requests in other languages, measured and not in SOURCES yet: the shipped artifact was trained without them
-# (classifier README, "Requests in other languages"); `--multilingual` builds them in.
+# (classifier README, "Measured, not shipped: requests in other languages"); `--multilingual` builds them in.
 MULTILINGUAL = (
     Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
            "non-commercial research use (InstructionWild LICENSE)", instruction_wild_chinese, 450),
+    # 100, not 300: at 300 most Russian lines were code questions and Russian requests went to `code`
     Source("zorazrw/multilingual-conala", "b48112fe492432507d72004aafb6f0c399308333", "CC BY-SA 4.0 (CoNaLa)",
-           mconala, 300),
+           mconala, 100),
 )
 
 
