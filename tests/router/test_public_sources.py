@@ -290,6 +290,14 @@ def test_requests_in_other_languages_are_read_only_when_asked_for(tmp_path: Path
     both = {r["text"]: r["split"] for r in ps.rows(tmp_path / "src", ps.SOURCES + ps.MULTILINGUAL)}
     assert both["写一首关于Xbox的诗"] == both["Write a poem about Xbox"]
     assert both["用Python给列表排序"] == both["Sort a list in Python"]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.jsonl", "dev.jsonl", "conversations.jsonl"):
+        (data / name).write_text("", encoding="utf-8")
+    for flags, expected in (([], False), (["--multilingual"], True)):  # the builder's command line
+        assert ps.main(["--root", str(tmp_path / "src"), "--data-dir", str(data), *flags]) == 0
+        written = (data / "train.jsonl").read_text(encoding="utf-8") + (data / "dev.jsonl").read_text(encoding="utf-8")
+        assert ("Xbox的诗" in written) is expected and "Write a poem about Xbox" in written
     (wild / "data" / "seed_prompts_ch.jsonl").write_text('{"instruction": "写一首关于Xbox的诗"}\n', encoding="utf-8")
     assert not any(r["source"].endswith(ps.INSTRUCTION_WILD_CHINESE)  # a pairing it cannot trust: nothing read
                    for r in ps.rows(tmp_path / "src", ps.MULTILINGUAL))

@@ -240,14 +240,14 @@ def out_of_fold(vectorizer: TfidfVectorizer, texts: Sequence[str], kinds: Sequen
     the group's own standalone requests left out too. `rows`: the features of `texts` and `standalone`
     computed once (else computed here, once for every fold)."""
     features = rows if rows is not None else TextRows(vectorizer, [*texts, *standalone])
-    rows, labels = training_rows(kinds)
+    taught, labels = training_rows(kinds)
     extra_groups = np.asarray(standalone_groups)
     out = np.zeros(len(texts))
     for name in sorted(set(groups)):
         held = np.where(groups == name)[0]
-        keep = groups[rows] != name
+        keep = groups[taught] != name
         others = [t for t, g in zip(standalone, extra_groups) if g != name]
-        model = fit(vectorizer, [texts[i] for i in rows[keep]], labels[keep], c, cue_scale, others, standalone_share,
+        model = fit(vectorizer, [texts[i] for i in taught[keep]], labels[keep], c, cue_scale, others, standalone_share,
                     embedding, features)
         out[held] = model.probabilities(vectorizer, [texts[i] for i in held],
                                         None if embedding is None else embedding.vectors, features)
