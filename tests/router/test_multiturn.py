@@ -101,15 +101,14 @@ def test_only_a_numbered_label_followed_by_the_turn_is_dropped(text: str) -> Non
     assert without_turn_label(text) == text
 
 
-# The shipped artifact (W) reads this lone vague turn in a `ui` session as `code` at 0.52, just past the gate
-# (U kept it): "table" is a code word of the SQL questions in training (classifier README, "This revision (W)").
-# A gate of 0.55 would keep it but cost multi-turn dev switches 0.918 -> 0.912 and external ones 0.863 -> 0.856.
-MOVED_DESPITE_THE_GATE = ("ui", "make a table of this")
+# A lone vague turn in a `ui` session: W moved it to `code` at 0.52, just past the 0.5 gate ("table" is a code word
+# of the SQL questions in training; classifier README, "Previous revision (W)"); the shipped artifact (Y) reads
+# `code` at 0.45 and keeps the session, by a margin of 0.05, so this is the first test to fail if "table" drifts back.
+VAGUE_TURN_IN_A_UI_SESSION = ("ui", "make a table of this")
 
 
-@pytest.mark.xfail(strict=True, reason="known weakness: W moves 'make a table of this' from a ui session to code at 0.52")
 def test_a_vague_table_request_stays_in_a_ui_session(fast_classifier) -> None:
-    session, text = MOVED_DESPITE_THE_GATE
+    session, text = VAGUE_TURN_IN_A_UI_SESSION
     turn = [{"role": "user", "content": text}]
     assert fast_classifier.classify(messages=turn, session=session, escalate=False).specialist == session
 
@@ -128,8 +127,6 @@ def test_unsure_gate_off_lets_the_decision_switch(fast_classifier) -> None:
     for session in ("chat", "agent", "code", "ui"):
         for text in turns:
             turn = [{"role": "user", "content": text}]
-            if (session, text) == MOVED_DESPITE_THE_GATE:
-                continue
             assert fast_classifier.classify(messages=turn, session=session, escalate=False).specialist == session
             d = ungated.classify(messages=turn, session=session, escalate=False)
             if d.specialist != session:

@@ -52,12 +52,12 @@ def test_other_languages_come_after_the_english_lines_and_are_capped(tmp_path: P
     import macaron.router.classifier.package_sources as package_sources
 
     chatterbot, eg = _packages(tmp_path)
+    english = rows(chatterbot, eg)
     russian = chatterbot / "chatterbot_corpus" / "data" / "russian"
     russian.mkdir(parents=True)
     openings = "".join(f"- - Привет {i}!\n  - Привет\n" for i in range(package_sources.PER_LANGUAGE + 5))
     (russian / "conversations.yml").write_text("conversations:\n" + openings + "- - привет 0!\n  - да\n", encoding="utf-8")
-    english = rows(chatterbot, eg)
-    found = rows(chatterbot, eg, other_languages=True)
+    found = rows(chatterbot, eg)
     assert found[: len(english)] == english  # the English lines (and so their splits) as they were
     added = found[len(english):]
     assert len(added) == package_sources.PER_LANGUAGE  # capped, and "привет 0!" counted once

@@ -256,9 +256,9 @@ def test_every_instruction_wild_line_in_the_data_carries_its_hand_label() -> Non
     assert set(labels.values()) <= {"chat", "agent", "code", "ui", None}
 
 
-def test_requests_in_other_languages_are_read_only_when_asked_for(tmp_path: Path, monkeypatch) -> None:
-    """InstructionWild's Chinese seeds take their English twin's hand label and unit (one split for both);
-    MCoNaLa's questions are `code`, each question once; neither is in SOURCES yet."""
+def test_requests_in_other_languages_pair_with_their_english_twins(tmp_path: Path, monkeypatch) -> None:
+    """InstructionWild's Chinese seeds take their English twin's hand label and unit (one split for both) and
+    come after every English line; MCoNaLa's questions are `code`, each question once."""
     wild = tmp_path / "src" / "XueFuzhao" / "InstructionWild"
     (wild / "data_v2").mkdir(parents=True)
     (wild / "data").mkdir()
@@ -281,26 +281,25 @@ def test_requests_in_other_languages_are_read_only_when_asked_for(tmp_path: Path
         {"intent": "Сделать первую букву  каждого слова заглавной", "question_id": 7},
         {"intent": "Сделать первую букву каждого слова заглавной", "question_id": 7},  # a second snippet
         {"intent": "Как удалить дубликаты из списка", "question_id": 8}]), encoding="utf-8")
-    shipped = {r["text"] for r in ps.rows(tmp_path / "src")}
-    assert not any("诗" in t or "Сделать" in t for t in shipped)
-    found = {r["text"]: r for r in ps.rows(tmp_path / "src", ps.MULTILINGUAL)}
-    assert {t: r["label"] for t, r in found.items()} == {
+    found = ps.rows(tmp_path / "src")
+    other = [r for r in found if r["source"].endswith((ps.INSTRUCTION_WILD_CHINESE, *ps.MCONALA_FILES))]
+    assert found[-len(other):] == other  # after the English lines, which keep their order and splits
+    assert {r["text"]: r["label"] for r in other} == {
         "写一首关于Xbox的诗": "chat", "用Python给列表排序": "code",  # the twin read and left out is not there
         "Сделать первую букву каждого слова заглавной": "code", "Как удалить дубликаты из списка": "code"}
-    both = {r["text"]: r["split"] for r in ps.rows(tmp_path / "src", ps.SOURCES + ps.MULTILINGUAL)}
-    assert both["写一首关于Xbox的诗"] == both["Write a poem about Xbox"]
-    assert both["用Python给列表排序"] == both["Sort a list in Python"]
+    split = {r["text"]: r["split"] for r in found}
+    assert split["写一首关于Xbox的诗"] == split["Write a poem about Xbox"]
+    assert split["用Python给列表排序"] == split["Sort a list in Python"]
     data = tmp_path / "data"
     data.mkdir()
     for name in ("train.jsonl", "dev.jsonl", "conversations.jsonl"):
         (data / name).write_text("", encoding="utf-8")
-    for flags, expected in (([], False), (["--multilingual"], True)):  # the builder's command line
-        assert ps.main(["--root", str(tmp_path / "src"), "--data-dir", str(data), *flags]) == 0
-        written = (data / "train.jsonl").read_text(encoding="utf-8") + (data / "dev.jsonl").read_text(encoding="utf-8")
-        assert ("Xbox的诗" in written) is expected and "Write a poem about Xbox" in written
+    assert ps.main(["--root", str(tmp_path / "src"), "--data-dir", str(data)]) == 0  # the builder's command line
+    written = (data / "train.jsonl").read_text(encoding="utf-8") + (data / "dev.jsonl").read_text(encoding="utf-8")
+    assert "Xbox的诗" in written and "Write a poem about Xbox" in written
     (wild / "data" / "seed_prompts_ch.jsonl").write_text('{"instruction": "写一首关于Xbox的诗"}\n', encoding="utf-8")
     assert not any(r["source"].endswith(ps.INSTRUCTION_WILD_CHINESE)  # a pairing it cannot trust: nothing read
-                   for r in ps.rows(tmp_path / "src", ps.MULTILINGUAL))
+                   for r in ps.rows(tmp_path / "src"))
 
 
 def test_arena_hard_keeps_hand_labelled_requests_the_classifier_can_read_whole(tmp_path: Path, monkeypatch) -> None:

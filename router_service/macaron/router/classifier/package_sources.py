@@ -8,9 +8,9 @@ packages add kinds of request the other sources lack (short chit-chat and trivia
     python -m macaron.router.classifier.package_sources --chatterbot DIR --eg DIR [--data-dir DIR]
 
 - `chatterbot-corpus` 1.3.3 (BSD-3-Clause): the English dialog corpus; the first statement of
-  every conversation is a user request. `coding.yml` is `code`, every other file `chat`. With
-  `--other-languages`, also the openings of its 27 other languages (chit-chat, trivia, greetings),
-  at most 30 each, `chat` (`coding.yml` `code`, as in English).
+  every conversation is a user request. `coding.yml` is `code`, every other file `chat`. Also the
+  openings of its 27 other languages (chit-chat, trivia, greetings), at most 30 each, `chat`
+  (`coding.yml` `code`, as in English), after the English lines so those keep their splits.
 - `eg` 1.2.3 (MIT): command-line examples; the sentence before each example command describes
   a shell task (`code`). Explanations longer than 20 words and fragments under 3 words are left out.
 
@@ -33,7 +33,7 @@ CHATTERBOT = "chatterbot-corpus"
 EG = "eg"
 LICENSES = {CHATTERBOT: "BSD-3-Clause", EG: "MIT"}
 DEV_SHARE = 0.1
-PER_LANGUAGE = 30  # openings read of each of chatterbot-corpus's other languages (`--other-languages`)
+PER_LANGUAGE = 30  # openings read of each of chatterbot-corpus's other languages
 
 
 def chatterbot_requests(root: Path, language: str = "english") -> Iterator[tuple[str, str, str]]:
@@ -88,11 +88,11 @@ def eg_requests(root: Path) -> Iterator[tuple[str, str, str]]:
                 paragraph.append(line.strip())
 
 
-def rows(chatterbot: Path | None, eg: Path | None, other_languages: bool = False) -> list[dict[str, str]]:
+def rows(chatterbot: Path | None, eg: Path | None) -> list[dict[str, str]]:
     """The packages' lines; the other languages come last, so the English lines keep the splits they had."""
     found: list[dict[str, str]] = []
     for package, root, reader in ((CHATTERBOT, chatterbot, chatterbot_requests), (EG, eg, eg_requests),
-                                  (CHATTERBOT, chatterbot if other_languages else None, chatterbot_other_languages)):
+                                  (CHATTERBOT, chatterbot, chatterbot_other_languages)):
         if root is None:
             continue
         for text, label, path in reader(root):
@@ -135,11 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chatterbot", type=Path, help="Unpacked chatterbot-corpus wheel (holds chatterbot_corpus/).")
     parser.add_argument("--eg", type=Path, help="Unpacked eg source distribution (holds eg/examples/).")
-    parser.add_argument("--other-languages", action="store_true",
-                        help=f"Also chatterbot-corpus's other languages (at most {PER_LANGUAGE} openings each).")
     parser.add_argument("--data-dir", help="Routing data folder (default: the shipped one).")
     args = parser.parse_args(argv)
-    counts = merge(find_data_dir(args.data_dir), rows(args.chatterbot, args.eg, args.other_languages))
+    counts = merge(find_data_dir(args.data_dir), rows(args.chatterbot, args.eg))
     print(json.dumps(counts))
     return 0
 

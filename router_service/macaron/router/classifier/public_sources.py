@@ -13,7 +13,8 @@ Each reader takes lines as the repository has them, lightly cleaned (markup arou
 removed), and labels them by the specialist that should serve them (see routing_data/README.md);
 items whose specialist is unclear are left out. Every source is sampled with a fixed seed and
 split into train/dev by a unit that shares no text (a problem, a dialogue, a project), 10 % to
-dev; no split any repository calls "test" is read. Running it again replaces the lines of these
+dev; no split a repository calls "test" is read, but MCoNaLa's, its only non-English questions (no
+external check set holds them). Running it again replaces the lines of these
 repositories, so it is idempotent.
 """
 
@@ -29,7 +30,7 @@ import pickle
 import random
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -767,6 +768,13 @@ SOURCES: tuple[Source, ...] = (
     # conversations only: its openings as single turns cost `agent` recall (routing_data/README.md, MT-Bench-101)
     Source("mtbench101/mt-bench-101", "bc18b3e2c18c99164e11528f1a79c92083db5953", "Apache-2.0", None, 0,
            mt_bench_101_conversations, 300),
+    # Requests in other languages, last so every English line keeps its place and split (classifier README,
+    # "This revision (shipped, Y)"): the Chinese seeds split with their English twins
+    Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
+           "non-commercial research use (InstructionWild LICENSE)", instruction_wild_chinese, 450),
+    # 100, not 300: at 300 most Russian lines were code questions and Russian requests went to `code`
+    Source("zorazrw/multilingual-conala", "b48112fe492432507d72004aafb6f0c399308333", "CC BY-SA 4.0 (CoNaLa)",
+           mconala, 100),
 )
 
 
@@ -775,17 +783,6 @@ SOURCES: tuple[Source, ...] = (
 # (external_sources.REAL_USERS); `rows(root, (ARENA_HARD,))` builds its lines as training data.
 ARENA_HARD = Source("lmarena/arena-hard-auto", "196f6b826783b3da7310e361a805fa36f0be83f3", "Apache-2.0", arena_hard,
                     750)
-
-
-# Requests in other languages, measured and not in SOURCES yet: the shipped artifact was trained without them
-# (classifier README, "Measured, not shipped: requests in other languages"); `--multilingual` builds them in.
-MULTILINGUAL = (
-    Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
-           "non-commercial research use (InstructionWild LICENSE)", instruction_wild_chinese, 450),
-    # 100, not 300: at 300 most Russian lines were code questions and Russian requests went to `code`
-    Source("zorazrw/multilingual-conala", "b48112fe492432507d72004aafb6f0c399308333", "CC BY-SA 4.0 (CoNaLa)",
-           mconala, 100),
-)
 
 
 def _unit_split(source: Source, unit: str) -> str:
@@ -836,10 +833,9 @@ def conversations(root: Path, sources: tuple[Source, ...] = SOURCES) -> list[dic
     return found
 
 
-def write(data_dir: Path, root: Path, multilingual: bool = False) -> dict[str, Any]:
-    """Replaces these repositories' lines in train/dev.jsonl and conversations.jsonl (`multilingual`: with the
-    requests of `MULTILINGUAL` too)."""
-    new = rows(root, SOURCES + MULTILINGUAL if multilingual else SOURCES)
+def write(data_dir: Path, root: Path) -> dict[str, Any]:
+    """Replaces these repositories' lines in train/dev.jsonl and conversations.jsonl."""
+    new = rows(root)
     repositories = {r["source"].split(":", 1)[0] for r in new}
     lines: dict[str, list[str]] = {}
     seen: set[str] = set()
@@ -869,25 +865,19 @@ def write(data_dir: Path, root: Path, multilingual: bool = False) -> dict[str, A
     return counts
 
 
-def run_builder(build: Callable[..., dict[str, Any]], description: str, argv: list[str] | None,
-                switches: Mapping[str, str] | None = None) -> int:
-    """The command line of a data builder: `--root` (the checked-out repositories), `--data-dir`, and
-    `switches` (flag name -> help), each passed to `build` as a keyword of the same name."""
+def run_builder(build: Callable[[Path, Path], dict[str, Any]], description: str, argv: list[str] | None) -> int:
+    """The command line of a data builder: `--root` (the checked-out repositories) and `--data-dir`."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--root", type=Path, required=True,
                         help="Folder holding the checked-out repositories as <owner>/<name>.")
     parser.add_argument("--data-dir", help="Routing data folder (default: the shipped one).")
-    for name, text in (switches or {}).items():
-        parser.add_argument(f"--{name}", action="store_true", help=text)
     args = parser.parse_args(argv)
-    flags = {name: getattr(args, name) for name in (switches or {})}
-    print(json.dumps(build(find_data_dir(args.data_dir), args.root, **flags)))
+    print(json.dumps(build(find_data_dir(args.data_dir), args.root)))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_builder(write, __doc__.splitlines()[0], argv,
-                       {"multilingual": "Also the requests in other languages (MULTILINGUAL), not in SOURCES yet."})
+    return run_builder(write, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
