@@ -13,9 +13,9 @@ Each reader takes lines as the repository has them, lightly cleaned (markup arou
 removed), and labels them by the specialist that should serve them (see routing_data/README.md);
 items whose specialist is unclear are left out. Every source is sampled with a fixed seed and
 split into train/dev by a unit that shares no text (a problem, a dialogue, a project), 10 % to
-dev; no split a repository calls "test" is read, but MCoNaLa's, its only non-English questions (no
-external check set holds them). Running it again replaces the lines of these
-repositories, so it is idempotent.
+dev. A split a repository calls "test" is read only where the project checks nothing on it: MATH's and
+the college maths textbooks' problems, and MCoNaLa's non-English questions (it has no other split of
+them). Running it again replaces the lines of these repositories, so it is idempotent.
 """
 
 from __future__ import annotations
