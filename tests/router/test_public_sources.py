@@ -496,3 +496,29 @@ def test_evogenui_trains_on_its_interactive_tasks_only(tmp_path: Path) -> None:
     assert all(c.label == "ui" and {t["role"] for t in c.turns} == {"user"} for c in conversations)
     found = ps.rows(tmp_path)  # the other two subsets are the external check (external_sources.py)
     assert [r["text"] for r in found] == ["Build an interactive thin-lens ray lab."]
+
+
+def test_next_gen_ui_keeps_requests_that_name_a_view_over_the_users_data(tmp_path: Path) -> None:
+    repository = tmp_path / "RedHat-UX" / "next-gen-ui-agent"
+    k8s, general = (repository / folder for folder in ps.NEXT_GEN_UI_DATASETS[::-1])
+    for folder in (k8s, general):
+        folder.mkdir(parents=True)
+    (k8s / "chart-3.json").write_text(json.dumps([
+        {"id": "chart-1", "user_prompt": "Show pod status as a  pie chart", "backend_data": "{}"},
+        {"id": "chart-2", "user_prompt": "What percentage of pods are running?", "backend_data": "{}"},
+        {"id": "chart-3", "user_prompt": "Which nodes have the most available memory? Chart it"}]), encoding="utf-8")
+    (general / "table-1.json").write_text(json.dumps([
+        {"user_prompt": "Show me my subscriptions as table."}, {"user_prompt": "List my subscriptions."}]),
+        encoding="utf-8")
+    (general / "video-player-1.json").write_text(json.dumps([{"user_prompt": "Show me the trailer as a card"}]),
+                                                  encoding="utf-8")
+    rows = list(ps.next_gen_ui(repository))
+    assert [(r.text, r.label) for r in rows] == [
+        ("Show me my subscriptions as table.", "ui"),
+        ("Show pod status as a pie chart", "ui"),
+        ("Which nodes have the most available memory? Chart it", "ui")]
+    # one data set's rephrasings share a split unit, so none of them lands in dev while another trains
+    assert rows[1].unit == rows[2].unit == "tests/ai_eval_components/dataset_k8s/chart-3.json"
+    found = ps.rows(tmp_path)
+    assert {r["license"] for r in found} == {"Apache-2.0"}
+    assert {r["source"].split(":")[0] for r in found} == {"RedHat-UX/next-gen-ui-agent"}

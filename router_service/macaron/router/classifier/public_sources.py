@@ -464,6 +464,33 @@ def evogenui_conversations(root: Path) -> Iterator[Conversation]:
         yield Conversation([{"role": "user", "content": _clean(t)} for t in turns], "ui", path, task)
 
 
+# --- a generative-UI agent's evaluation prompts (`ui`) -----------------------------------------------
+
+# Each file of these folders is one backend data set (pods, nodes, subscriptions, sales) with the prompts
+# whose answer the agent renders as a component over it; the file is the split unit, so a prompt's
+# rephrasings over the same data never straddle train and dev.
+NEXT_GEN_UI_DATASETS = ("tests/ai_eval_components/dataset", "tests/ai_eval_components/dataset_k8s")
+# Media the agent only shows (a poster, a trailer) are fetches, not views to build.
+NEXT_GEN_UI_MEDIA = ("image-", "video-player-")
+_NAMES_A_VIEW = re.compile(r"\b(?:chart|pie|donut|plot|visuali[sz]e|graph|table|cards?|side-by-side)\b", re.I)
+
+
+def next_gen_ui(root: Path) -> Iterator[Row]:
+    """Requests for a chart, table or cards over the user's own data ("Display pod CPU as a bar chart",
+    "Show me my subscriptions as table"): the prompts of a generative-UI agent's component evaluation
+    that name the view's form. The others ("Are any nodes NotReady?", "What are my subscriptions?") ask
+    a question the rendered card happens to answer; the router sends those by their content, so they are
+    left out rather than labelled `ui`."""
+    for folder in NEXT_GEN_UI_DATASETS:
+        for path in sorted((root / folder).glob("*.json")):
+            if path.name.startswith(NEXT_GEN_UI_MEDIA):
+                continue
+            for item in json.loads(path.read_text(encoding="utf-8")):
+                text = _clean(str(item.get("user_prompt", "")))
+                if text and _NAMES_A_VIEW.search(text):
+                    yield Row(text, "ui", f"{folder}/{path.name}", f"{folder}/{path.name}")
+
+
 # --- real users' requests to a chat assistant, labelled by hand (mostly `chat` and `code`) --------------
 
 INSTRUCTION_WILD_FILES = ("data_v2/user_1.jsonl", "data_v2/user_2.jsonl", "data_v2/user_3.jsonl")
@@ -769,12 +796,14 @@ SOURCES: tuple[Source, ...] = (
     Source("mtbench101/mt-bench-101", "bc18b3e2c18c99164e11528f1a79c92083db5953", "Apache-2.0", None, 0,
            mt_bench_101_conversations, 300),
     # Requests in other languages, last so every English line keeps its place and split (classifier README,
-    # "This revision (shipped, Y)"): the Chinese seeds split with their English twins
+    # "Previous revision (Y)"): the Chinese seeds split with their English twins
     Source("XueFuzhao/InstructionWild", "047fa6b9abd4a0b2d5ed6f0f9bbc14df5bd6b1d6",
            "non-commercial research use (InstructionWild LICENSE)", instruction_wild_chinese, 450),
     # 100, not 300: at 300 most Russian lines were code questions and Russian requests went to `code`
     Source("zorazrw/multilingual-conala", "b48112fe492432507d72004aafb6f0c399308333", "CC BY-SA 4.0 (CoNaLa)",
            mconala, 100),
+    # Views over the user's own data: unseen, Y sent all 52 of them to `code` or `agent` (classifier README, "Z")
+    Source("RedHat-UX/next-gen-ui-agent", "6c518ec261701981280464d04dadcd26aa610b93", "Apache-2.0", next_gen_ui, 100),
 )
 
 
