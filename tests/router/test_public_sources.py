@@ -519,6 +519,7 @@ def test_next_gen_ui_keeps_requests_that_name_a_view_over_the_users_data(tmp_pat
         ("Which nodes have the most available memory? Chart it", "ui")]
     # one data set's rephrasings share a split unit, so none of them lands in dev while another trains
     assert rows[1].unit == rows[2].unit == "tests/ai_eval_components/dataset_k8s/chart-3.json"
-    found = ps.rows(tmp_path)
+    found = ps.rows(tmp_path, (ps.NEXT_GEN_UI,))
     assert {r["license"] for r in found} == {"Apache-2.0"}
     assert {r["source"].split(":")[0] for r in found} == {"RedHat-UX/next-gen-ui-agent"}
+    assert ps.rows(tmp_path) == []  # read and labelled, not in training
