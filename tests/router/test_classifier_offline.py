@@ -48,7 +48,7 @@ SCRIPT = textwrap.dedent(
     from macaron.router.classifier.evaluate import evaluate
 
     clf = SpecialistClassifier.load(ClassifierSettings(preload_embedder=True, embedder_threads=2))
-    assert clf.embedder.wait(120), "embedding model did not load"
+    assert clf.wait_for_encoders(180), "an encoder did not load"
     forced = SpecialistClassifier(clf.artifact, ClassifierSettings(escalation_threshold=1.0))
     forced._embedder = clf.embedder
     decision = forced.classify("I need help with something")

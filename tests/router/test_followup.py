@@ -302,3 +302,37 @@ def test_a_fast_answer_says_whether_the_encoder_could_change_it(fast_classifier)
     assert not never.classify(messages=messages, session="code", escalate=False).refinable
     off = SpecialistClassifier(artifact, ClassifierSettings(escalation=False))
     assert not off.classify(messages=messages, session="code", escalate=False).refinable
+
+
+def test_a_follow_up_model_fitted_on_the_frozen_encoder_reads_it_beside_a_tuned_one(fast_classifier) -> None:
+    """followup.py: with a tuned escalation encoder, the follow-up model reads MiniLM without the routing adapter (a
+    second encoder, loaded with the first); fitted on the escalation encoder, or where that one is frozen, there is
+    one encoder; an artifact written before the choice reads the escalation encoder, and an unknown one is an error."""
+    from macaron.router.classifier import ClassifierSettings
+
+    settings = ClassifierSettings(preload_embedder=False)
+    artifact = Artifact.from_payload(fast_classifier.artifact.to_payload())
+    vectorizer = artifact.fast.vectorizer
+    texts = FOLLOW_UPS + REQUESTS
+    frozen = followup.EmbeddingInput(**{**_embedding_input(texts).__dict__, "encoder": followup.FROZEN_ENCODER})
+    artifact.followup_embedded = followup.fit(vectorizer, texts, np.array([1] * 4 + [0] * 4), embedding=frozen)
+    artifact.adapter_path = fast_classifier.artifact.adapter_path  # the shipped, tuned encoder
+    assert artifact.adapter_path is not None
+    tuned = SpecialistClassifier(artifact, settings)
+    assert tuned.followup_embedder is not tuned.embedder and tuned.followup_embedder._adapter is None
+    assert tuned.followup_embedder is tuned.followup_embedder  # one frozen encoder per classifier
+    untuned = Artifact.from_payload(artifact.to_payload())
+    assert untuned.followup_embedded.embedding_encoder == followup.FROZEN_ENCODER
+    untuned.adapter = untuned.adapter_path = None
+    single = SpecialistClassifier(untuned, settings)
+    assert single.followup_embedder is single.embedder
+    payload = artifact.to_payload()
+    del payload["followup_embedded"]["embedding_encoder"]
+    before = Artifact.from_payload(payload)
+    assert before.followup_embedded.embedding_encoder == followup.ESCALATION_ENCODER
+    before.adapter_path = artifact.adapter_path
+    same = SpecialistClassifier(before, settings)
+    assert same.followup_embedder is same.embedder
+    payload["followup_embedded"]["embedding_encoder"] = "another"
+    with pytest.raises(ArtifactError, match="encoder this code does not know"):
+        Artifact.from_payload(payload)

@@ -135,3 +135,37 @@ def test_a_refitted_artifact_saved_elsewhere_keeps_its_encoder_adapters(kept, tm
     assert adapter_path_for(out).read_bytes() == b"minilm adapter"
     assert base_adapter_path_for(out).read_bytes() == b"base adapter"
     assert Artifact.load(out).turn is not None
+
+
+def _other_embed(texts) -> np.ndarray:
+    """A second stand-in encoder (the frozen one beside a tuned `_hashed_embed`): 8 other numbers per text."""
+    import hashlib
+
+    rows = [np.frombuffer(hashlib.md5(t.encode()).digest()[:8], dtype=np.uint8) / 255.0 - 0.5 for t in texts]
+    return np.stack(rows) if rows else np.zeros((0, 8))
+
+
+def test_the_follow_up_model_reads_the_frozen_encoder_where_the_escalation_encoder_is_tuned(
+        train_examples, routing_data_dir) -> None:
+    """followup.py: the tuned encoder moves with every train, so the follow-up model reads the frozen one; the
+    artifact says which, and keeps saying it through a round trip."""
+    from macaron.router.classifier import train as train_module
+
+    config = TrainConfig(escalation=True, holdout=False)
+    multiturn = subset(load_jsonl(routing_data_dir / "multiturn_train.jsonl"), every=32)
+    examples = subset(train_examples, every=32)
+    artifact = train(config=config, train_examples=examples, multiturn_examples=multiturn, embed=_hashed_embed)
+    assert artifact.followup_embedded.embedding_encoder == "escalation"  # one encoder: nothing else to read
+    texts = [train_module.training_text(e, config.max_chars) for e in examples]
+    _, (_, embedded), _, _ = train_module._train_turns(
+        multiturn, texts, None, artifact.fast, artifact.embedding, _hashed_embed, config, fast_t=1.0, embed_t=1.0,
+        threshold=0.7, alpha=0.5, say=lambda _: None, repos=np.array([e.repository for e in examples]),
+        frozen_embed=_other_embed)
+    assert embedded.embedding_encoder == "frozen" and embedded.embedding_weights.shape == (8,)
+    artifact.followup_embedded = embedded
+    assert _copy(artifact).followup_embedded.embedding_encoder == "frozen"
+    _, (_, escalation), _, _ = train_module._train_turns(
+        multiturn, texts, None, artifact.fast, artifact.embedding, _hashed_embed,
+        dataclasses.replace(config, followup_embedding_encoder="escalation"), fast_t=1.0, embed_t=1.0, threshold=0.7,
+        alpha=0.5, say=lambda _: None, frozen_embed=_other_embed)
+    assert escalation.embedding_encoder == "escalation" and escalation.embedding_weights.shape == (16,)

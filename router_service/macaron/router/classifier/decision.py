@@ -29,6 +29,7 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation, from_messages, from_text
 from macaron.router.classifier.errors import ClassificationInputError
 from macaron.router.classifier.escalation import Embedder, EmbedderUnavailable, mix_embeddings
+from macaron.router.classifier.followup import FROZEN_ENCODER
 from macaron.router.classifier.model import SHIPPED_ARTIFACT, Artifact, combine, softmax
 from macaron.router.classifier.settings import ClassifierSettings
 from macaron.router.classifier.turns import TurnInputs, may_escalate, refers_back
@@ -66,9 +67,11 @@ class SpecialistClassifier:
         )
         self._embedder: Embedder | None = None
         self._base_embedder: Embedder | None = None
+        self._frozen_embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
         if self.settings.preload_embedder and self.escalation_enabled:
             self.embedder.start_loading()
+            self.followup_embedder.start_loading()
             if self.second_encoder_enabled:
                 self.base_embedder.start_loading()
 
@@ -110,6 +113,8 @@ class SpecialistClassifier:
         if not self.escalation_enabled:
             return False
         ready = self.embedder.wait(timeout)
+        if self.followup_embedder is not self.embedder:
+            ready = self.followup_embedder.wait(timeout) and ready
         if self.second_encoder_enabled:
             ready = self.base_embedder.wait(timeout) and ready
         return ready
@@ -126,6 +131,24 @@ class SpecialistClassifier:
                     adapter=self.artifact.adapter if self.artifact.adapter is not None else self.artifact.adapter_path,
                 )
             return self._embedder
+
+    @property
+    def followup_embedder(self) -> Embedder:
+        """The encoder the follow-up model reads (followup.py): MiniLM without the routing adapter where the model
+        was fitted on the frozen encoder and the escalation encoder is tuned, else the escalation encoder itself."""
+        model = self.artifact.followup_embedded
+        tuned = self.artifact.adapter is not None or self.artifact.adapter_path is not None
+        if model is None or model.embedding_encoder != FROZEN_ENCODER or not tuned:
+            return self.embedder
+        with self._embedder_lock:
+            if self._frozen_embedder is None:
+                self._frozen_embedder = Embedder(
+                    threads=self.settings.embedder_threads,
+                    window_s=self.settings.embed_batch_window_ms / 1000.0,
+                    max_batch=self.settings.embed_max_batch,
+                    cache_size=self.settings.embed_cache_size,
+                )
+            return self._frozen_embedder
 
     def conversation(
         self, text: Any = None, *, messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Any] | None = None
@@ -168,10 +191,11 @@ class SpecialistClassifier:
         model, text = self.artifact.followup_embedded, conversation.last_text
         if model is None or not model.wants_embedding(text) or not self.escalation_enabled:
             return None
-        if not (self.embedder.ready or self.embedder.wait(0)):
+        embedder = self.followup_embedder
+        if not (embedder.ready or embedder.wait(0)):
             return None
         try:
-            vector = self.embedder.encode_batched([text], self.settings.embed_timeout_s)[0]
+            vector = embedder.encode_batched([text], self.settings.embed_timeout_s)[0]
         except EmbedderUnavailable:
             return None
         idx, val = self.artifact.fast.featurizer.transform(text)

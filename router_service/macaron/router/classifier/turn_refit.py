@@ -116,6 +116,16 @@ def _check_same_models(inputs: TurnStepInputs, artifact: Artifact) -> None:
                          "is off in one of them); run the full `macaron router train`")
 
 
+def _frozen_embed_for(artifact: Artifact) -> Callable[[Sequence[str]], np.ndarray] | None:
+    """The frozen MiniLM (through the embedding cache, as the full train reads it) where the artifact's escalation
+    encoder is tuned; None where the escalation encoder is the frozen one already."""
+    if artifact.embedding is None or (artifact.adapter is None and artifact.adapter_path is None):
+        return None
+    from macaron.router.classifier.embeddings_cache import cached_embed
+
+    return cached_embed
+
+
 def _embed_for(inputs: TurnStepInputs, artifact: Artifact) -> Callable[[Sequence[str]], np.ndarray] | None:
     """Saved embeddings first; a text the full train never embedded goes through the encoder the train used (the
     artifact's tuned MiniLM, else the frozen one), loaded only if such a text comes."""
@@ -164,7 +174,7 @@ def refit(inputs: TurnStepInputs, artifact: Artifact, multiturn: Sequence[Exampl
     turn, (followup, followup_embedded), report, chosen = train._train_turns(
         list(multiturn), inputs.texts, inputs.oof, inputs.fast, inputs.head, _embed_for(inputs, artifact),
         inputs.config, fast_t=inputs.fast_t, embed_t=inputs.embed_t, threshold=inputs.threshold, alpha=inputs.alpha,
-        say=say, curve=curve, repos=inputs.repos)
+        say=say, curve=curve, repos=inputs.repos, frozen_embed=_frozen_embed_for(artifact))
     if artifact.embedding is not None and chosen != artifact.escalation_threshold:
         raise RefitError(f"with this multi-turn data the escalation threshold would move ({artifact.escalation_threshold}"
                          f" -> {chosen}), and the rest of the artifact was fitted at the old one; run the full "
