@@ -147,11 +147,11 @@ def _other_embed(texts) -> np.ndarray:
 
 def test_the_follow_up_model_reads_the_frozen_encoder_where_the_escalation_encoder_is_tuned(
         train_examples, routing_data_dir) -> None:
-    """followup.py: the tuned encoder moves with every train, so the follow-up model reads the frozen one; the
-    artifact says which, and keeps saying it through a round trip."""
+    """followup.py: the tuned encoder moves with every train, so the follow-up model may read the frozen one
+    (`followup_embedding_encoder="frozen"`); the artifact says which, and keeps saying it through a round trip."""
     from macaron.router.classifier import train as train_module
 
-    config = TrainConfig(escalation=True, holdout=False)
+    config = TrainConfig(escalation=True, holdout=False, followup_embedding_encoder="frozen")
     multiturn = subset(load_jsonl(routing_data_dir / "multiturn_train.jsonl"), every=32)
     examples = subset(train_examples, every=32)
     artifact = train(config=config, train_examples=examples, multiturn_examples=multiturn, embed=_hashed_embed)

