@@ -169,3 +169,8 @@ def test_the_follow_up_model_reads_the_frozen_encoder_where_the_escalation_encod
         dataclasses.replace(config, followup_embedding_encoder="escalation"), fast_t=1.0, embed_t=1.0, threshold=0.7,
         alpha=0.5, say=lambda _: None, frozen_embed=_other_embed)
     assert escalation.embedding_encoder == "escalation" and escalation.embedding_weights.shape == (16,)
+    with pytest.raises(ValueError, match="followup_embedding_encoder must be one of escalation, frozen"):
+        train_module._train_turns(
+            multiturn, texts, None, artifact.fast, artifact.embedding, _hashed_embed,
+            dataclasses.replace(config, followup_embedding_encoder="tuned"), fast_t=1.0, embed_t=1.0, threshold=0.7,
+            alpha=0.5, say=lambda _: None, frozen_embed=_other_embed)

@@ -49,6 +49,10 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--static-dims", type=int, default=None,
                    help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
                    "dimensions; 0 turns them off (default: the training config's).")
+    p.add_argument("--followup-encoder", choices=("escalation", "frozen"), default=None,
+                   help="The encoder whose embedding the follow-up model reads where the escalation encoder is tuned: "
+                   "the tuned one, or MiniLM frozen (a second encoder in the router; classifier README, \"Z2\") "
+                   "(default: the training config's, escalation).")
     p.add_argument("--full-share-lines", type=int, default=None,
                    help="A repository with fewer lines of a class than this gets its share of the class in proportion; "
                    "0 gives every repository a full share (default: the training config's).")
@@ -107,6 +111,8 @@ def _train(args: argparse.Namespace) -> int:
             print("error: --full-share-lines must be 0 (every repository a full share) or more", file=sys.stderr)
             return 2
         config = dataclasses.replace(config, full_share_lines=args.full_share_lines)
+    if args.followup_encoder is not None:
+        config = dataclasses.replace(config, followup_embedding_encoder=args.followup_encoder)
     if args.static_dims is not None:
         if args.static_dims < 0:
             print("error: --static-dims must be 0 (off) or a positive number of dimensions", file=sys.stderr)

@@ -595,6 +595,9 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
     requests = [i for i, t in enumerate(texts) if len(t.split()) >= MIN_REQUEST_WORDS] if share > 0 else []
     standalone = [texts[i] for i in requests]
     standalone_groups = [str(repos[i]) for i in requests] if repos is not None else [""] * len(requests)
+    if config.followup_embedding_encoder not in followup.ENCODERS:
+        raise ValueError(f"followup_embedding_encoder must be one of {', '.join(followup.ENCODERS)}, "
+                         f"not {config.followup_embedding_encoder!r}")
     embedding = None
     if head is not None and embed is not None and config.followup_embedding_words > 0:
         frozen = frozen_embed is not None and config.followup_embedding_encoder == followup.FROZEN_ENCODER
