@@ -319,20 +319,27 @@ def test_a_follow_up_model_fitted_on_the_frozen_encoder_reads_it_beside_a_tuned_
     artifact.adapter_path = fast_classifier.artifact.adapter_path  # the shipped, tuned encoder
     assert artifact.adapter_path is not None
     tuned = SpecialistClassifier(artifact, settings)
-    assert tuned.followup_embedder is not tuned.embedder and tuned.followup_embedder._adapter is None
-    assert tuned.followup_embedder is tuned.followup_embedder  # one frozen encoder per classifier
+    (frozen_encoder,) = tuned.followup_embedders
+    assert frozen_encoder is not tuned.embedder and frozen_encoder._adapter is None
+    assert tuned.followup_embedders == (frozen_encoder,)  # one frozen encoder per classifier
     untuned = Artifact.from_payload(artifact.to_payload())
     assert untuned.followup_embedded.embedding_encoder == followup.FROZEN_ENCODER
     untuned.adapter = untuned.adapter_path = None
     single = SpecialistClassifier(untuned, settings)
-    assert single.followup_embedder is single.embedder
+    assert single.followup_embedders == (single.embedder,)
     payload = artifact.to_payload()
     del payload["followup_embedded"]["embedding_encoder"]
     before = Artifact.from_payload(payload)
     assert before.followup_embedded.embedding_encoder == followup.ESCALATION_ENCODER
     before.adapter_path = artifact.adapter_path
     same = SpecialistClassifier(before, settings)
-    assert same.followup_embedder is same.embedder
+    assert same.followup_embedders == (same.embedder,)
+    both = followup.EmbeddingInput(**{**_embedding_input(texts).__dict__, "encoder": followup.BOTH_ENCODERS})
+    artifact.followup_embedded = followup.fit(vectorizer, texts, np.array([1] * 4 + [0] * 4), embedding=both)
+    side_by_side = SpecialistClassifier(Artifact.from_payload(artifact.to_payload()), settings)
+    side_by_side.artifact.adapter_path = artifact.adapter_path
+    assert side_by_side.followup_embedders == (side_by_side.embedder, side_by_side.followup_embedders[1])
+    assert side_by_side.followup_embedders[1]._adapter is None
     payload["followup_embedded"]["embedding_encoder"] = "another"
     with pytest.raises(ArtifactError, match="encoder this code does not know"):
         Artifact.from_payload(payload)

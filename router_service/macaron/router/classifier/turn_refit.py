@@ -15,6 +15,7 @@ threshold (the second encoder was fitted at the old one); each error says to run
 from __future__ import annotations
 
 import copy
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -155,10 +156,12 @@ def _embed_for(inputs: TurnStepInputs, artifact: Artifact) -> Callable[[Sequence
 
 
 def refit(inputs: TurnStepInputs, artifact: Artifact, multiturn: Sequence[Example], *, train_sha256: str | None = None,
-          progress: Callable[[str], None] | None = None) -> Artifact:
+          followup_encoder: str | None = None, progress: Callable[[str], None] | None = None) -> Artifact:
     """`artifact` with its conversation decision and follow-up models fitted anew on `multiturn` (the same step as
     `macaron router train`), and its report's multi-turn sections replaced. `train_sha256`: the current train.jsonl's
-    (checked against the one the inputs were saved from)."""
+    (checked against the one the inputs were saved from). `followup_encoder`: the encoder the follow-up model reads
+    (one of followup.ENCODERS; None: the saved config's). Nothing before the conversation step reads it, so the
+    result is still the full train's with that choice."""
     from macaron.router.classifier import train
 
     say = progress or (lambda message: None)
@@ -168,12 +171,17 @@ def refit(inputs: TurnStepInputs, artifact: Artifact, multiturn: Sequence[Exampl
         raise RefitError("train.jsonl changed since these inputs were saved, so the single-turn models would change "
                          "too; run the full `macaron router train`")
     _check_same_models(inputs, artifact)
+    config = inputs.config
+    if followup_encoder is not None:
+        config = dataclasses.replace(config, followup_embedding_encoder=followup_encoder)
+        if isinstance(artifact.report.get("config"), dict):
+            artifact.report["config"] = {**artifact.report["config"], "followup_embedding_encoder": followup_encoder}
     started = time.time()
     curve = copy.deepcopy(inputs.curve)
     say(f"conversation decision on {len(multiturn)} multi-turn conversations (refit on saved inputs)")
     turn, (followup, followup_embedded), report, chosen = train._train_turns(
         list(multiturn), inputs.texts, inputs.oof, inputs.fast, inputs.head, _embed_for(inputs, artifact),
-        inputs.config, fast_t=inputs.fast_t, embed_t=inputs.embed_t, threshold=inputs.threshold, alpha=inputs.alpha,
+        config, fast_t=inputs.fast_t, embed_t=inputs.embed_t, threshold=inputs.threshold, alpha=inputs.alpha,
         say=say, curve=curve, repos=inputs.repos, frozen_embed=_frozen_embed_for(artifact))
     if artifact.embedding is not None and chosen != artifact.escalation_threshold:
         raise RefitError(f"with this multi-turn data the escalation threshold would move ({artifact.escalation_threshold}"
