@@ -275,3 +275,37 @@ def test_lazy_hold_out_reads_the_embedding_only_where_a_router_would() -> None:
     assert read.tolist() == [True, False, False]  # the third's first decision (0.98) was sure
     assert not escalated.any()
     assert predict(FollowupReader(), embedded, [0, 1, 2])[2].all()  # without lazy every line reads it
+
+
+def test_the_gate_keeps_a_session_only_while_the_decision_leaves_it_a_chance() -> None:
+    """turns.gated_choice: an unsure top choice does not move the session, unless the session's own specialist is
+    under `min_session_probability`; a confident one always does, and without a session the top one wins."""
+    from macaron.router.classifier.turns import gated_choice
+
+    chat, agent, code, ui = range(4)
+    unsure = np.array([0.29, 0.49, 0.02, 0.20])  # agent on top but under 0.5, ui (the session) 0.20
+    assert gated_choice(unsure, ui, 0.5) == ui
+    assert gated_choice(unsure, ui, 0.5, min_session_probability=0.1) == ui
+    assert gated_choice(unsure, ui, 0.5, min_session_probability=0.25) == agent
+    assert gated_choice(np.array([0.1, 0.6, 0.1, 0.2]), ui, 0.5) == agent
+    assert gated_choice(unsure, None, 0.5, min_session_probability=0.25) == agent
+    assert gated_choice(unsure, agent, 0.5) == agent
+
+
+def test_the_session_floor_is_a_setting_the_classifier_applies(fast_classifier) -> None:
+    """decision.py applies `min_session_probability` through the same gate as the hold-out (turns.gated_choice)."""
+    from macaron.router.classifier import SpecialistClassifier
+
+    messages = [{"role": "user", "content": "Build a landing page for my bakery"},
+                {"role": "assistant", "content": "<section>"}, {"role": "user", "content": "What is my user name?"}]
+    p = fast_classifier.classify(messages=messages, session="ui", escalate=False).probabilities
+    top = max(p, key=p.get)
+    assert top != "ui", p  # an account question, not the page
+
+    def decide(floor: float) -> str:
+        gated = SpecialistClassifier(fast_classifier.artifact, fast_classifier.settings.model_copy(
+            update={"min_switch_confidence": 1.0, "min_session_probability": floor}))
+        return gated.classify(messages=messages, session="ui", escalate=False).specialist
+
+    assert decide(0.0) == "ui"  # every switch gated, and the session kept
+    assert decide(p["ui"] + 0.01) == top  # the session all but ruled out: the top specialist takes it

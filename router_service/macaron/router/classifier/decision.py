@@ -32,7 +32,7 @@ from macaron.router.classifier.escalation import Embedder, EmbedderUnavailable, 
 from macaron.router.classifier.followup import reads_escalation, reads_frozen
 from macaron.router.classifier.model import SHIPPED_ARTIFACT, Artifact, combine, softmax
 from macaron.router.classifier.settings import ClassifierSettings
-from macaron.router.classifier.turns import TurnInputs, may_escalate, refers_back
+from macaron.router.classifier.turns import TurnInputs, gated_choice, may_escalate, refers_back
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,9 +305,8 @@ class SpecialistClassifier:
                     second = self._second_opinion(conversation, p_fast, p_embed, probs)
                     if second is not None:
                         probs, second_opinion = second, True
-        best = int(probs.argmax())
-        if session_index is not None and best != session_index and probs[best] < self.settings.min_switch_confidence:
-            best = session_index  # an unsure turn does not move the conversation
+        best = gated_choice(probs, session_index, self.settings.min_switch_confidence,
+                            self.settings.min_session_probability)  # an unsure turn does not move the conversation
         return RouteDecision(
             specialist=self.labels[best],
             probabilities={label: float(p) for label, p in zip(self.labels, probs)},

@@ -24,12 +24,15 @@ import numpy as np
 from macaron.router.classifier.data import LABELS, Example
 from macaron.router.classifier.model import combine, softmax
 from macaron.router.classifier.settings import ClassifierSettings
-from macaron.router.classifier.turns import TurnInputs, TurnModel, fit_stage, may_escalate, refers_back, stack
+from macaron.router.classifier.turns import (
+    TurnInputs, TurnModel, fit_stage, gated_choice, may_escalate, refers_back, stack,
+)
 
 KIND_NAMES = ("stay", "continue", "switch", "tool_loop")
 # The classifier's default switch gate (ClassifierSettings.min_switch_confidence), so hold-out figures
 # measure the decision a router makes.
 MIN_SWITCH_CONFIDENCE = ClassifierSettings.model_fields["min_switch_confidence"].default
+MIN_SESSION_PROBABILITY = ClassifierSettings.model_fields["min_session_probability"].default
 # The classifier's default for reading the new turn's embedding in the follow-up model
 # (ClassifierSettings.followup_embedding_below): the lazy hold-out (`LazyFollowup`) decides as a router does.
 FOLLOWUP_EMBEDDING_BELOW = ClassifierSettings.model_fields["followup_embedding_below"].default
@@ -157,11 +160,13 @@ def fit(data: TurnData) -> TurnModel:
 
 def predict(model: TurnModel, data: TurnData, rows: Sequence[int],
             min_switch_confidence: float = MIN_SWITCH_CONFIDENCE,
-            lazy: LazyFollowup | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            lazy: LazyFollowup | None = None,
+            min_session_probability: float = MIN_SESSION_PROBABILITY) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predicted label indices, whether each escalated and whether each read the new turn's embedding in the
     follow-up model, as the classifier decides: the fast stage (with `lazy`, first on `lazy.first`, and on `data`
     only where unsure and readable), then the escalated stage when unsure (an open tool loop with a session
-    stays), and a session left only for a specialist at least `min_switch_confidence` likely (decision.py's gate)."""
+    stays), and a session left only for a specialist at least `min_switch_confidence` likely, unless the session's own
+    is under `min_session_probability` (decision.py's gate, turns.gated_choice)."""
     out, escalated, embedded = [], [], []
     for r in rows:
         rule = data.rule_session[r]
@@ -179,10 +184,7 @@ def predict(model: TurnModel, data: TurnData, rows: Sequence[int],
         unsure = bool(p.max() < source.threshold) and may_escalate(source.fast[r])
         if unsure:
             p = model.probabilities(source.escalated[r], escalated=True)
-        best, session = int(p.argmax()), source.fast[r].session
-        if session is not None and best != session and p[best] < min_switch_confidence:
-            best = session
-        out.append(best)
+        out.append(gated_choice(p, source.fast[r].session, min_switch_confidence, min_session_probability))
         escalated.append(unsure)
         embedded.append(lazy is None or refine)
     return np.array(out, dtype=int), np.array(escalated, dtype=bool), np.array(embedded, dtype=bool)
@@ -228,7 +230,8 @@ def kind_metrics(y: np.ndarray, pred: np.ndarray, kinds: Sequence[str], sessions
 
 
 def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
-            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE, lazy: LazyFollowup | None = None) -> dict[str, Any]:
+            min_switch_confidence: float = MIN_SWITCH_CONFIDENCE, lazy: LazyFollowup | None = None,
+            min_session_probability: float = MIN_SESSION_PROBABILITY) -> dict[str, Any]:
     """Kinds' accuracy with the conversation model fitted without each repository of the new turn,
     deciding as the classifier does (with its switch gate; with `lazy`, reading the embedding in the
     follow-up model only where a router would)."""
@@ -239,7 +242,8 @@ def holdout(data: TurnData, progress: Callable[[str], None] | None = None,
     for name in names:
         held = np.where(data.groups == name)[0]
         model = _fit(data, np.where(data.groups != name)[0])
-        pred[held], escalated[held], embedded[held] = predict(model, data, held, min_switch_confidence, lazy)
+        pred[held], escalated[held], embedded[held] = predict(model, data, held, min_switch_confidence, lazy,
+                                                              min_session_probability)
     sessions = [i.session for i in data.fast]
     confident = confident_last_turns(data)
     ambiguous = ambiguous_last_turns(data)
