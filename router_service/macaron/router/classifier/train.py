@@ -133,7 +133,9 @@ class TrainConfig:
     # side, tuned first; a short unsure turn costs a call to each). Measured on Z's data
     # (classifier README, "Measured, not shipped: the follow-up model on the frozen encoder (Z2)"): frozen keeps
     # "what do you mean?" in its session (0.95 as a follow-up; tuned 0.56) but loses switches (multi-turn dev
-    # 0.910 -> 0.893, external conversations 0.841 -> 0.833), so the default stays the escalation encoder.
+    # 0.910 -> 0.893, external conversations 0.841 -> 0.833); both keeps it and the switches (0.844) on Z's data but
+    # cost Y's data 3 of 270 external switches ("the follow-up model on both encoders (Z3 and Y3)"), so the default
+    # stays the escalation encoder.
     followup_embedding_encoder: str = "escalation"
     # The base model as a second escalation encoder (base_encoder.py, `_train_second_encoder`): tuned on the same
     # `encoder_folds` folds as MiniLM, it is asked only where the fast path pooled with the tuned MiniLM stays under
