@@ -16,7 +16,7 @@ import textwrap
 DEV_ESCALATED_ACCURACY_FLOOR = 0.90
 # Measured on external.jsonl with escalation (shipped artifact Y, routing_data/README.md, external sets): 0.940,
 # lowest recall `ui` 0.79 (EvoGenUI-Bench's tool-grounded workspaces read as `agent` or `code`); on
-# external_multiturn.jsonl stays 0.995, switches 0.86 (W: the fast path alone 0.76); on the kinds, stays whose
+# external_multiturn.jsonl stays 1.00 (Ys; Y 0.995), switches 0.86 (W: the fast path alone 0.76); on the kinds, stays whose
 # new turn alone is ambiguous 1.00 (198 lines) and switches whose new turn alone is confident 0.97 (148; W 0.95), held
 # to the goals.
 EXTERNAL_ACCURACY_FLOOR = 0.90

@@ -3,6 +3,8 @@ inside a tool loop; measured on the multi-turn dev set and on hold-out by source
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -184,6 +186,30 @@ def test_lone_turn_copies_keep_every_line_and_drop_only_the_history() -> None:
     assert 5 < len(lone) < 35 and all(x["session"] == "code" and x["kind"] == "stay" for x in lone)
     assert all(x["messages"] == x["messages"][-1:] and x["messages"][0]["content"].startswith("turn") for x in lone)
     assert with_lone_turns(lines, seed=0, share=0.5) == out  # deterministic for one seed
+
+
+def test_short_switches_are_switches_to_a_short_full_request_of_another_domain(train_examples) -> None:
+    from macaron.router.classifier.multiturn_data import MIN_REQUEST_WORDS, short_switches
+
+    lines = short_switches(train_examples, seed=3, n=120, max_words=6)
+    assert len(lines) == 120 and {x["kind"] for x in lines} == {"switch"}
+    for x in lines:
+        words = len(x["messages"][-1]["content"].split())
+        assert MIN_REQUEST_WORDS <= words <= 6 and x["messages"][-1]["role"] == "user"
+        assert x["session"] is None or x["session"] != x["label"]
+    assert {x["label"] for x in lines} == {"chat", "agent", "code", "ui"}
+    assert any(x["session"] is None for x in lines) and any(x["session"] for x in lines)
+    assert short_switches(train_examples, seed=3, n=120, max_words=6) == lines  # deterministic for one seed
+
+
+def test_the_shipped_training_conversations_carry_short_switches(routing_data_dir) -> None:
+    """multiturn_train.jsonl ends with `short_switches` of train.jsonl (seed 200), as `multiturn_data.write`
+    appends them."""
+    from macaron.router.classifier.multiturn_data import SHORT_SWITCHES, short_switches
+
+    lines = [json.loads(raw) for raw in (routing_data_dir / "multiturn_train.jsonl").open(encoding="utf-8")]
+    expected = short_switches(load_jsonl(routing_data_dir / "train.jsonl"), seed=200, n=SHORT_SWITCHES)
+    assert lines[-SHORT_SWITCHES:] == expected
 
 
 def test_kind_metrics_report_the_lone_turns_apart() -> None:

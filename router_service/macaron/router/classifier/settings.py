@@ -56,7 +56,7 @@ class ClassifierSettings(BaseModel):
         description="The switch gate keeps an unsure turn in its session only while the conversation decision gives "
         "the session's specialist at least this probability; under it the decision's top specialist takes the turn "
         "even below min_switch_confidence (\"What is my user name?\" after a page was built, in a ui session: agent "
-        "0.49, ui 0.20). 0, the default, always keeps the session: on the shipped artifact's multi-turn source "
+        "0.49, ui 0.20). 0, the default, always keeps the session: on Y's multi-turn source "
         "hold-out 0.2 moved switches 0.778 -> 0.785 but stays 0.923 -> 0.919 and the ambiguous stays the goal names "
         "0.953 -> 0.949, confident switches unchanged (classifier README).",
     )
