@@ -101,44 +101,62 @@ def _line(messages, label, session, kind, source, license_, tools=False) -> dict
     return line
 
 
+class _Sampler:
+    """The draws every generated conversation shares (its history, session and declared tools), on one random
+    stream, so `build` and `short_switches` make their lines the same way."""
+
+    def __init__(self, examples: Sequence[Example], seed: int, no_session_share: float, tools_share: float) -> None:
+        self.rng = random.Random(seed)
+        self.rows = [e for e in examples if e.text]
+        self.by_label: dict[str, list[Example]] = defaultdict(list)
+        for e in self.rows:
+            self.by_label[e.label].append(e)
+        self.no_session_share, self.tools_share = no_session_share, tools_share
+
+    def requests(self, min_words: int, max_words: int | None = None) -> dict[str, list[Example]]:
+        """Each label's rows of `min_words` to `max_words` words: new turns that are full requests."""
+        out: dict[str, list[Example]] = defaultdict(list)
+        for e in self.rows:
+            words = len(e.text.split())
+            if words >= min_words and (max_words is None or words <= max_words):
+                out[e.label].append(e)
+        return out
+
+    def history(self, label: str) -> list[Example]:
+        return self.rng.sample(self.by_label[label], self.rng.choice((1, 1, 2, 3)))
+
+    def session_for(self, label: str) -> str | None:
+        return None if self.rng.random() < self.no_session_share else label
+
+    def client_tools(self, *rows: Example) -> bool:
+        # A client declares tools for the whole conversation: always when a turn comes from a
+        # tool-calling source, and for a share of the others (IDE agents and assistants declare
+        # tools whatever the user asks), so declared tools are evidence, not a verdict.
+        return any(_has_tools(e.source) for e in rows) or self.rng.random() < self.tools_share
+
+    def request_line(self, history_label: str, label: str, pool: dict[str, list[Example]], kind: str) -> dict[str, Any]:
+        """A conversation of `history_label` whose new turn is a request of `label` drawn from `pool`."""
+        hist, last = self.history(history_label), self.rng.choice(pool[label])
+        tools = self.client_tools(*hist, last)
+        messages = _history(hist) + [{"role": "user", "content": last.text}]
+        return _line(messages, label, self.session_for(history_label), kind, last.source,
+                     last.extra.get("license", ""), tools)
+
+
 def build(examples: Sequence[Example], conversations: Sequence[dict[str, Any]], written: Sequence[str],
           *, seed: int, n_switch: int, n_continue: int, n_stay: int, n_tool: int,
           no_session_share: float = 0.2, tools_share: float = 0.3, max_followups: int = 2) -> list[dict[str, Any]]:
     """Conversations of the four kinds (see the module docstring), deterministic for one seed."""
-    rng = random.Random(seed)
-    rows = [e for e in examples if e.text]
-    by_label: dict[str, list[Example]] = defaultdict(list)
-    requests: dict[str, list[Example]] = defaultdict(list)  # new turns of `switch` and `continue`
-    for e in rows:
-        by_label[e.label].append(e)
-        if len(e.text.split()) >= MIN_REQUEST_WORDS:
-            requests[e.label].append(e)
-
-    def history(label: str) -> list[Example]:
-        return rng.sample(by_label[label], rng.choice((1, 1, 2, 3)))
-
-    def session_for(label: str) -> str | None:
-        return None if rng.random() < no_session_share else label
-
-    def client_tools(*rows: Example) -> bool:
-        # A client declares tools for the whole conversation: always when a turn comes from a
-        # tool-calling source, and for a share of the others (IDE agents and assistants declare
-        # tools whatever the user asks), so declared tools are evidence, not a verdict.
-        return any(_has_tools(e.source) for e in rows) or rng.random() < tools_share
-
+    draw = _Sampler(examples, seed, no_session_share, tools_share)
+    rng, rows, history, session_for, client_tools = draw.rng, draw.rows, draw.history, draw.session_for, draw.client_tools
+    requests = draw.requests(MIN_REQUEST_WORDS)  # new turns of `switch` and `continue`
     out: list[dict[str, Any]] = []
     for _ in range(n_switch):
         a, b = rng.sample(LABELS, 2)
-        hist, last = history(a), rng.choice(requests[b])
-        tools = client_tools(*hist, last)
-        messages = _history(hist) + [{"role": "user", "content": last.text}]
-        out.append(_line(messages, b, session_for(a), "switch", last.source, last.extra.get("license", ""), tools))
+        out.append(draw.request_line(a, b, requests, "switch"))
     for _ in range(n_continue):
         a = rng.choice(LABELS)
-        hist, last = history(a), rng.choice(requests[a])
-        tools = client_tools(*hist, last)
-        messages = _history(hist) + [{"role": "user", "content": last.text}]
-        out.append(_line(messages, a, session_for(a), "continue", last.source, last.extra.get("license", ""), tools))
+        out.append(draw.request_line(a, a, requests, "continue"))
     for _ in range(n_stay):
         a = rng.choice(LABELS)
         hist = history(a)
@@ -203,24 +221,15 @@ def short_switches(examples: Sequence[Example], *, seed: int, n: int, max_words:
                    no_session_share: float = 0.2, tools_share: float = 0.3) -> list[dict[str, Any]]:
     """`switch` lines whose new turn is a short full request (MIN_REQUEST_WORDS to `max_words` words), as `build`
     makes them. Why: among `build`'s lines, new turns of 4 words or fewer were 545 stays and 74 switches (none to
-    `ui`), so the conversation decision learned that a short turn stays: "add a navbar" stayed in a `chat`, `code`
-    or `agent` session at 0.97-0.99. Appended after the other lines, so those keep their content."""
-    rng = random.Random(seed)
-    rows = [e for e in examples if e.text]
-    by_label: dict[str, list[Example]] = defaultdict(list)
-    short: dict[str, list[Example]] = defaultdict(list)
-    for e in rows:
-        by_label[e.label].append(e)
-        if MIN_REQUEST_WORDS <= len(e.text.split()) <= max_words:
-            short[e.label].append(e)
+    `ui`), so the conversation decision learned that a short turn stays ("set a timer for 10 minutes" stayed in a
+    `code` session, "create a dashboard with charts" in a `code` or `agent` one). Appended after the other lines, so
+    those keep their content."""
+    draw = _Sampler(examples, seed, no_session_share, tools_share)
+    short = draw.requests(MIN_REQUEST_WORDS, max_words)
     out = []
     for _ in range(n):
-        a, b = rng.sample(LABELS, 2)
-        hist, last = rng.sample(by_label[a], rng.choice((1, 1, 2, 3))), rng.choice(short[b])
-        tools = any(_has_tools(e.source) for e in (*hist, last)) or rng.random() < tools_share
-        messages = _history(hist) + [{"role": "user", "content": last.text}]
-        session = None if rng.random() < no_session_share else a
-        out.append(_line(messages, b, session, "switch", last.source, last.extra.get("license", ""), tools))
+        a, b = draw.rng.sample(LABELS, 2)
+        out.append(draw.request_line(a, b, short, "switch"))
     return out
 
 

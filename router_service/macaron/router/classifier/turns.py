@@ -105,6 +105,7 @@ def refers_back(text: str) -> float:
     cues = sum(w in REFERRING_WORDS for w in words)
     return min(1.0, cues / 2.0) * max(0.0, 1.0 - len(words) / 25.0)
 
+
 def gated_choice(probs: np.ndarray, session: int | None, min_switch_confidence: float,
                  min_session_probability: float = 0.0) -> int:
     """The specialist a session's turn goes to: the decision's top one, except that the session is left only for a
