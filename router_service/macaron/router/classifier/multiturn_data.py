@@ -238,11 +238,12 @@ def write(folder: Path = SHIPPED_DATA_DIR) -> dict[str, int]:
     counts = {}
     for split, sizes, seed in (("train", (1600, 600, 500, 300), 0), ("dev", (400, 150, 150, 100), 1)):
         written = WRITTEN_FOLLOWUPS[0::2] if split == "train" else WRITTEN_FOLLOWUPS[1::2]
-        lines = build(load_jsonl(folder / f"{split}.jsonl"), [c for c in conversations if c["split"] == split],
+        examples = load_jsonl(folder / f"{split}.jsonl")
+        lines = build(examples, [c for c in conversations if c["split"] == split],
                       written, seed=seed, n_switch=sizes[0], n_continue=sizes[1], n_stay=sizes[2], n_tool=sizes[3])
         lines = with_lone_turns(lines, seed=seed + 100)
         if split == "train":
-            lines += short_switches(load_jsonl(folder / "train.jsonl"), seed=200, n=SHORT_SWITCHES)
+            lines += short_switches(examples, seed=200, n=SHORT_SWITCHES)
         with (folder / f"multiturn_{split}.jsonl").open("w", encoding="utf-8") as handle:
             for line in lines:
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
