@@ -76,6 +76,9 @@ def test_full_pipeline_on_a_subset(tmp_path, train_examples, dev_examples) -> No
     assert 0.05 < holdout["fast_temperature"] < 20
     assert holdout["fast_ece_after"] <= holdout["fast_ece_before"] + 0.02  # fitted for NLL, not ECE
     assert set(holdout["per_repository"]) == {e.repository for e in small}
+    chosen = artifact.report["deliverable"]
+    assert chosen["rows"] > 0 and set(chosen["fast_accuracy_by_weight"]) == {str(w) for w in config.deliverable_weights}
+    assert artifact.fast.deliverable_weight == chosen["chosen"] in config.deliverable_weights
     path = artifact.save(tmp_path / "a.joblib")
     again = Artifact.load(path)
     assert payload_digest(again) == payload_digest(artifact)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,18 @@ class RouteDecision:
     second_opinion: bool = False  # the base model was asked too (the second escalation encoder)
 
 
+def with_deliverable_weight(artifact: Artifact, settings: ClassifierSettings) -> Artifact:
+    """The artifact as served: its fast path reading deliverable sentences at the settings' weight, else its own,
+    else (trained before the mix) `untrained_deliverable_weight`. A copy where that differs, so a shared artifact
+    keeps its own."""
+    own = artifact.fast.deliverable_weight
+    weight = settings.deliverable_weight if settings.deliverable_weight is not None else (
+        own if own is not None else settings.untrained_deliverable_weight)
+    if weight == own:
+        return artifact
+    return replace(artifact, fast=replace(artifact.fast, deliverable_weight=weight))
+
+
 class SpecialistClassifier:
     """Thread-safe classifier over a trained artifact; build it with `SpecialistClassifier.load`."""
 
@@ -58,7 +70,7 @@ class SpecialistClassifier:
 
     def __init__(self, artifact: Artifact, settings: ClassifierSettings | None = None) -> None:
         self.settings = settings or ClassifierSettings()
-        self.artifact = artifact
+        self.artifact = with_deliverable_weight(artifact, self.settings)
         self.labels = artifact.labels
         self.threshold = (
             self.settings.escalation_threshold
@@ -169,7 +181,7 @@ class SpecialistClassifier:
         (read from the last turn's features, computed once; no embedding: see `_embedded_followup`)."""
         fast = self.artifact.fast
         idx, val = fast.featurizer.transform(conversation.last_text)
-        last = (fast.raw_logits(idx, val) + fast.static_logits(conversation.last_text) + fast.bias) / fast.temperature
+        last = (fast.raw_text_logits(conversation.last_text, (idx, val)) + fast.bias) / fast.temperature
         followup = self._followup(idx, val, conversation.last_text)
         if not conversation.history:
             return softmax(last), None, followup

@@ -30,6 +30,9 @@ class OutOfFold:
     embed_logits: np.ndarray | None
     y: np.ndarray
     groups: np.ndarray
+    # The same fast models' logits of each row's deliverable sentences (deliverable.py); a row without them
+    # has its whole text's logits here. None: not computed.
+    deliverable_logits: np.ndarray | None = None
 
 
 def out_of_fold(
@@ -43,15 +46,19 @@ def out_of_fold(
     progress: Callable[[str], None] | None = None,
     static: Any = None,
     dense: np.ndarray | None = None,
+    deliverables: Sequence[tuple[str, Bags] | None] | None = None,
 ) -> OutOfFold:
     """Out-of-fold logits, one fold per repository (or per repository in `only`). `static` and `dense`: the
-    fast model's static features (static_embedding.StaticEmbedding and every row's features), if any."""
+    fast model's static features (static_embedding.StaticEmbedding and every row's features), if any.
+    `deliverables`: each row's deliverable sentences and their bags (None: the row has none), read by the
+    same fold's fast model into `deliverable_logits`."""
     from macaron.router.classifier.train import fast_logits, fit_embedding, fit_fast, source_weights
 
     names = sorted(set(repos)) if only is None else list(only)
     rows = np.where(np.isin(repos, names))[0]
     fast_out = np.zeros((len(y), len(LABELS)))
     embed_out = np.zeros((len(y), len(LABELS))) if vectors is not None else None
+    made_out = np.zeros((len(y), len(LABELS))) if deliverables is not None else None
     for k, name in enumerate(names, start=1):
         if progress:
             progress(f"  hold-out {k}/{len(names)}: {name}")
@@ -61,6 +68,12 @@ def out_of_fold(
         fast = fit_fast([bags[i] for i in kept], y[kept], weights, config, static,
                         None if dense is None else dense[kept])
         fast_out[held] = fast_logits(fast, [bags[i] for i in held], None if dense is None else dense[held])
+        if deliverables is not None and made_out is not None:
+            made_out[held] = fast_out[held]
+            made = [i for i in held if deliverables[i] is not None]
+            if made:
+                pairs = [deliverables[i] for i in made]
+                made_out[made] = fast_logits(fast, [bag for _, bag in pairs], texts=[text for text, _ in pairs])
         if vectors is not None and embed_out is not None:
             head = fit_embedding(vectors[kept], y[kept], weights, config)
             embed_out[held] = vectors[held] @ head.weights + head.bias
@@ -69,6 +82,7 @@ def out_of_fold(
         embed_logits=None if embed_out is None else embed_out[rows],
         y=y[rows],
         groups=repos[rows],
+        deliverable_logits=None if made_out is None else made_out[rows],
     )
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
+from macaron.router.classifier.deliverable import deliverable_sentences
 from macaron.router.classifier.errors import ArtifactError
 from macaron.router.classifier.followup import (
     CUES as FOLLOWUP_CUES, ENCODERS as FOLLOWUP_ENCODERS, ESCALATION_ENCODER, FollowupModel,
@@ -54,6 +55,10 @@ class FastModel:
     bias: np.ndarray  # (n_labels,)
     temperature: float = 1.0
     static: StaticEmbedding | None = None  # distilled MiniLM token vectors (static_embedding.py); None: TF-IDF only
+    # A request's deliverable sentences (deliverable.py) are read too and mixed in with this weight:
+    # (1 - w) x the whole text's logits + w x theirs; 0: the whole text alone. None: trained before the mix
+    # (read as 0 here; `SpecialistClassifier` serves such an artifact at ClassifierSettings' choice).
+    deliverable_weight: float | None = None
     _featurizer: InferenceFeaturizer | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -62,9 +67,16 @@ class FastModel:
             self._featurizer = InferenceFeaturizer(self.vectorizer)
         return self._featurizer
 
-    def raw_text_logits(self, text: str) -> np.ndarray:
-        """x @ weights for one text (no bias, no temperature), TF-IDF and static parts."""
-        return self.raw_logits(*self.featurizer.transform(text)) + self.static_logits(text)
+    def raw_text_logits(self, text: str, featurized: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """x @ weights for one text (no bias, no temperature), TF-IDF and static parts, mixed with its deliverable
+        sentences' by `deliverable_weight`. `featurized`: the text's `featurizer.transform`, if already computed."""
+        whole = self.raw_logits(*(featurized or self.featurizer.transform(text))) + self.static_logits(text)
+        weight = self.deliverable_weight or 0.0
+        made = deliverable_sentences(text) if weight > 0 else None
+        if made is None:
+            return whole
+        own = self.raw_logits(*self.featurizer.transform(made)) + self.static_logits(made)
+        return (1.0 - weight) * whole + weight * own
 
     def raw_logits(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
         """The TF-IDF part of x @ weights for one featurized text (column indices and values), so other heads
@@ -172,6 +184,8 @@ class Artifact:
             "followup": _followup_payload(self.followup),
             "followup_embedded": _followup_payload(self.followup_embedded),
         }
+        if self.fast.deliverable_weight is not None:  # absent: trained before the mix, and so it stays
+            payload["fast"]["deliverable_weight"] = float(self.fast.deliverable_weight)
         if self.embedding is not None:
             payload["embedding"] = self.embedding.to_payload()
         if self.second is not None:
@@ -203,6 +217,8 @@ class Artifact:
             bias=np.asarray(payload["fast"]["bias"], dtype=np.float64),
             temperature=float(payload["fast"]["temperature"]),
             static=static,
+            deliverable_weight=(None if payload["fast"].get("deliverable_weight") is None
+                                else float(payload["fast"]["deliverable_weight"])),
         )
         expected_rows = vectorizer.n_features + (static.dims if static is not None else 0)
         if fast.weights.shape[0] != expected_rows:
