@@ -232,11 +232,10 @@ def mix_deliverable(whole: np.ndarray, own: np.ndarray, weight: float) -> np.nda
     return (1.0 - weight) * whole + weight * own
 
 
-def choose_deliverable_weight(oof: Any, config: "TrainConfig") -> tuple[float, dict[str, Any]]:
+def choose_deliverable_weight(oof: Any, rows: np.ndarray, config: "TrainConfig") -> tuple[float, dict[str, Any]]:
     """The deliverable weight of `config.deliverable_weights` whose mixed out-of-fold fast path is most accurate
     on the rows that have deliverable sentences (it changes no other row); within `threshold_tie_margin`, the
-    lowest. Returns the weight and what the report records."""
-    rows = np.array([not np.array_equal(a, b) for a, b in zip(oof.fast_logits, oof.deliverable_logits)])
+    lowest. `rows`: which out-of-fold rows have such sentences. Returns the weight and what the report records."""
     scores: dict[str, float] = {}
     for weight in config.deliverable_weights:
         mixed = mix_deliverable(oof.fast_logits[rows], oof.deliverable_logits[rows], weight)
@@ -431,7 +430,8 @@ def train(
         deliverables = [None if d is None else (d, analyze(d)) for d in made]
         oof = holdout.out_of_fold(bags, vectors, y, repos, config, progress=say, static=static, dense=dense,
                                   deliverables=deliverables)
-        deliverable_weight, report["deliverable"] = choose_deliverable_weight(oof, config)
+        has_made = np.array([d is not None for d in made])
+        deliverable_weight, report["deliverable"] = choose_deliverable_weight(oof, has_made, config)
         say(f"  deliverable sentences: weight {deliverable_weight} ({report['deliverable']})")
         oof.fast_logits = mix_deliverable(oof.fast_logits, oof.deliverable_logits, deliverable_weight)
         fast_t = fit_temperature(oof.fast_logits, oof.y)
