@@ -31,6 +31,8 @@ MIXED = [
     ("I have three kids. Please, can you make a weekly chore chart for them? Thanks!",
      "Please, can you make a weekly chore chart for them?"),
     ("Line one of context\nwrite a haiku about rain", "write a haiku about rain"),
+    ("Our tutors work evenings. For the tutoring centre, build me a scheduler. It should list rooms.",
+     "For the tutoring centre, build me a scheduler."),  # a short framing clause before the verb
 ])
 def test_the_sentences_that_ask_for_something_to_be_made(text: str, expected: str) -> None:
     assert deliverable_sentences(text) == expected
@@ -41,6 +43,7 @@ def test_the_sentences_that_ask_for_something_to_be_made(text: str, expected: st
     "My flight is delayed. What are my options?",  # nothing is to be made
     "Build a page. Make it blue.",  # the making sentences are the whole text
     "The builder pattern confuses me. Why use it?",  # "builder" is not "build"
+    "For dinner tonight, I want pasta. Any recipe?",  # a framing clause without a verb of making
     "",
 ])
 def test_no_deliverable_to_mix(text: str) -> None:

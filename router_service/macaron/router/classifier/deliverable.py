@@ -7,8 +7,8 @@ path sends a generative-UI request to the personal agent at 0.72. Read alone, th
 The fast model therefore also reads the request's deliverable sentences and mixes both readings
 (`FastModel.deliverable_weight`, chosen on the source hold-out by `train.choose_deliverable_weight`).
 
-A sentence is a deliverable when it opens, after polite or sequencing words ("please", "can you", "now"),
-with a verb of making (build, create, write, set up, ...). Only requests of two sentences or more qualify, and
+A sentence is a deliverable when it opens, after a short framing clause ("For the clinic, ") and polite or
+sequencing words ("please", "can you", "now"), with a verb of making (build, create, write, set up, ...). Only requests of two sentences or more qualify, and
 only where those sentences are not nearly the whole text: a one-sentence request is its own deliverable.
 """
 
@@ -24,7 +24,10 @@ LEADING_WORDS = (
     "please", "now", "then", "so", "and", "also", "next", "finally", "can you", "could you", "would you", "will you",
     "i want you to", "i need you to", "i'd like you to", "help me", "let's", "lets",
 )
-_LEAD = "(?:(?:" + "|".join(re.escape(w) for w in LEADING_WORDS) + r")[,\s]+)*"
+# A short framing clause before the verb: "For the tutoring centre, build me ...", "Using my notes, write ...".
+FRAMING_WORDS = ("for", "with", "using", "based on", "from")
+_FRAMING = "(?:(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in FRAMING_WORDS) + r")\s[^,.;:!?]{1,60},\s*)?"
+_LEAD = _FRAMING + "(?:(?:" + "|".join(re.escape(w) for w in LEADING_WORDS) + r")[,\s]+)*"
 _VERB = "(?:" + "|".join(re.escape(v).replace(r"\ ", r"\s+") for v in MAKING_VERBS) + ")"
 _OPENS_WITH_MAKING = re.compile(r"^\W*" + _LEAD + _VERB + r"\b", re.IGNORECASE)
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?;:])\s+|\n+")

@@ -141,15 +141,18 @@ class TrainConfig:
     # The base model as a second escalation encoder (base_encoder.py, `_train_second_encoder`): tuned on the same
     # `encoder_folds` folds as MiniLM, it is asked only where the fast path pooled with the tuned MiniLM stays under
     # a threshold chosen on that hold-out among `second_thresholds` (at most `max_second_rate` of the single-turn
-    # hold-out asking it; within `threshold_tie_margin` of the best, the lowest wins). It ships only if this beats
-    # MiniLM alone by `second_min_gain` mean hold-out accuracy (the fine-tune's seed alone moves it about 0.0035).
+    # hold-out asking it; within `threshold_tie_margin` of the best, the lowest wins). It ships only if, at that
+    # threshold, it beats MiniLM alone by `second_min_gain` mean hold-out accuracy: more than a tie. The fine-tune's
+    # seed alone moves the figure about 0.0035, but two full trains gained +0.0050 and +0.0035 at their thresholds,
+    # and on the sets kept apart from training the second encoder added 1.1 points of accuracy and 1.6 of macro-F1
+    # (classifier README, "The second-encoder gate"): a stricter gate left out a part that pays.
     # Needs the tuned MiniLM and the base model's wheel; made a train on 2 cores 84 minutes instead of about 26
     # (classifier README).
     second_encoder: bool = True
     base_tune: BaseTuneConfig = field(default_factory=BaseTuneConfig)
     second_thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8)
     max_second_rate: float = 0.10
-    second_min_gain: float = 0.005
+    second_min_gain: float = 0.0015
     # The fast model also reads a request's deliverable sentences (deliverable.py: "... Build a disruption view
     # with ...") and mixes their logits in with one of these weights, the one most accurate on the source
     # hold-out's rows that have such sentences (`choose_deliverable_weight`). Measured on Ys's data (classifier
@@ -591,17 +594,20 @@ def _train_second_encoder(texts: Sequence[str], y: np.ndarray, repos: np.ndarray
                       "macro_f1": point["pooled"]["macro_f1"]})
     allowed = [c for c in curve if c["second_rate"] <= config.max_second_rate] or curve[:1]
     best = max(c["mean_accuracy"] for c in allowed)
-    below = next(c["below"] for c in allowed if c["mean_accuracy"] >= best - config.threshold_tie_margin)
-    gain = best - without["mean_accuracy"]
+    chosen = next(c for c in allowed if c["mean_accuracy"] >= best - config.threshold_tie_margin)
+    below = chosen["below"]
+    # The gain of what would ship, not of the best point: the tie rule may pick a lower, cheaper threshold.
+    gain = chosen["mean_accuracy"] - without["mean_accuracy"]
     ships = gain >= config.second_min_gain
-    say(f"  second encoder: hold-out {without['mean_accuracy']:.4f} -> {best:.4f} asking it under {below} "
+    say(f"  second encoder: hold-out {without['mean_accuracy']:.4f} -> {chosen['mean_accuracy']:.4f} asking it "
+        f"under {below} "
         f"(needs +{config.second_min_gain}) -> {'ships' if ships else 'left out'}")
     report["second_encoder"] = {
         "folds": folds, "base_temperature": second_t, "mean_temperature": mean_t, "curve": curve, "below": below,
         "mean_base_accuracy": round(float(np.mean([(logits[groups == g].argmax(1) == y[groups == g]).mean()
                                                    for g in sorted(set(groups))])), 4),
         "without": {"mean_accuracy": without["mean_accuracy"], "pooled": without["pooled"]},
-        "ships": ships, "tune": asdict(config.base_tune),
+        "gain": round(float(gain), 4), "ships": ships, "tune": asdict(config.base_tune),
     }
     if not ships:
         return None
