@@ -125,6 +125,8 @@ def test_training_chooses_the_cascade_on_hold_out_and_reports_it(model_dir) -> N
     entry = report["second_encoder"]
     assert entry["ships"] and [c["below"] for c in entry["curve"]] == list(config.second_thresholds)
     assert report["holdout"]["second_below"] == second.below and 0 <= report["holdout"]["second_rate"] <= 1
+    shipped = next(c for c in entry["curve"] if c["below"] == second.below)  # the gain of what ships, not the best
+    assert entry["gain"] == round(shipped["mean_accuracy"] - entry["without"]["mean_accuracy"], 4)
     strict = TrainConfig(base_tune=TINY, encoder_folds=2, second_min_gain=1.0)
     assert _train_second_encoder(list(TEXTS), y, repos, np.ones(len(TEXTS)), repos, p_fast, p_embed, 1.01, 0.5,
                                  strict, {"holdout": {}}, lambda _: None, model_dir) is None  # no gain: left out

@@ -145,7 +145,7 @@ class TrainConfig:
     # threshold, it beats MiniLM alone by `second_min_gain` mean hold-out accuracy: more than a tie. The fine-tune's
     # seed alone moves the figure about 0.0035, but two full trains gained +0.0050 and +0.0035 at their thresholds,
     # and on the sets kept apart from training the second encoder added 1.1 points of accuracy and 1.6 of macro-F1
-    # (classifier README, "The second-encoder gate"): a stricter gate left out a part that pays.
+    # (classifier README, "the second-encoder gate"): a stricter gate left out a part that pays.
     # Needs the tuned MiniLM and the base model's wheel; made a train on 2 cores 84 minutes instead of about 26
     # (classifier README).
     second_encoder: bool = True
