@@ -8,8 +8,9 @@ The fast model therefore also reads the request's deliverable sentences and mixe
 (`FastModel.deliverable_weight`, chosen on the source hold-out by `train.choose_deliverable_weight`).
 
 A sentence is a deliverable when it opens, after a short framing clause ("For the clinic, ") and polite or
-sequencing words ("please", "can you", "now"), with a verb of making (build, create, write, set up, ...). Only requests of two sentences or more qualify, and
-only where those sentences are not nearly the whole text: a one-sentence request is its own deliverable.
+sequencing words ("please", "can you", "now"), with a verb of making (build, create, write, set up, ...). Only
+requests of two sentences or more qualify, and only where those sentences are not nearly the whole text: a
+one-sentence request is its own deliverable.
 """
 
 from __future__ import annotations
@@ -26,9 +27,16 @@ LEADING_WORDS = (
 )
 # A short framing clause before the verb: "For the tutoring centre, build me ...", "Using my notes, write ...".
 FRAMING_WORDS = ("for", "with", "using", "based on", "from")
-_FRAMING = "(?:(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in FRAMING_WORDS) + r")\s[^,.;:!?]{1,60},\s*)?"
-_LEAD = _FRAMING + "(?:(?:" + "|".join(re.escape(w) for w in LEADING_WORDS) + r")[,\s]+)*"
-_VERB = "(?:" + "|".join(re.escape(v).replace(r"\ ", r"\s+") for v in MAKING_VERBS) + ")"
+
+
+def _any_of(phrases: tuple[str, ...]) -> str:
+    """A regex group matching any of the phrases, any run of whitespace between their words."""
+    return "(?:" + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in phrases) + ")"
+
+
+_FRAMING = "(?:" + _any_of(FRAMING_WORDS) + r"\s[^,.;:!?]{1,60},\s*)?"
+_LEAD = _FRAMING + "(?:" + _any_of(LEADING_WORDS) + r"[,\s]+)*"
+_VERB = _any_of(MAKING_VERBS)
 _OPENS_WITH_MAKING = re.compile(r"^\W*" + _LEAD + _VERB + r"\b", re.IGNORECASE)
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?;:])\s+|\n+")
 # Deliverable sentences covering this share of the text or more are the request itself: nothing to mix.

@@ -600,8 +600,7 @@ def _train_second_encoder(texts: Sequence[str], y: np.ndarray, repos: np.ndarray
     gain = chosen["mean_accuracy"] - without["mean_accuracy"]
     ships = gain >= config.second_min_gain
     say(f"  second encoder: hold-out {without['mean_accuracy']:.4f} -> {chosen['mean_accuracy']:.4f} asking it "
-        f"under {below} "
-        f"(needs +{config.second_min_gain}) -> {'ships' if ships else 'left out'}")
+        f"under {below} (needs +{config.second_min_gain}) -> {'ships' if ships else 'left out'}")
     report["second_encoder"] = {
         "folds": folds, "base_temperature": second_t, "mean_temperature": mean_t, "curve": curve, "below": below,
         "mean_base_accuracy": round(float(np.mean([(logits[groups == g].argmax(1) == y[groups == g]).mean()
