@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 MAKING_VERBS = (
     "build", "create", "make", "design", "generate", "develop", "implement", "write", "set up", "put together",
     "prepare", "draft", "produce", "give me", "show me", "compose", "code", "program", "render", "mock up", "lay out",
@@ -59,3 +61,9 @@ def deliverable_sentences(text: str) -> str | None:
         return None
     joined = " ".join(making)
     return None if len(joined) >= NEARLY_WHOLE * len(text.strip()) else joined
+
+
+def mix_deliverable(whole: np.ndarray, own: np.ndarray, weight: float) -> np.ndarray:
+    """The whole text's logits mixed with its deliverable sentences': (1 - weight) x whole + weight x own. One
+    formula for serving (`FastModel.raw_text_logits`) and training (`train.fast_logits`, the hold-out's choice)."""
+    return (1.0 - weight) * whole + weight * own

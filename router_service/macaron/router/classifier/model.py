@@ -19,7 +19,7 @@ import numpy as np
 
 from macaron.router.classifier.conversation import Conversation
 from macaron.router.classifier.data import LABELS
-from macaron.router.classifier.deliverable import deliverable_sentences
+from macaron.router.classifier.deliverable import deliverable_sentences, mix_deliverable
 from macaron.router.classifier.errors import ArtifactError
 from macaron.router.classifier.followup import (
     CUES as FOLLOWUP_CUES, ENCODERS as FOLLOWUP_ENCODERS, ESCALATION_ENCODER, FollowupModel,
@@ -76,7 +76,7 @@ class FastModel:
         if made is None:
             return whole
         own = self.raw_logits(*self.featurizer.transform(made)) + self.static_logits(made)
-        return (1.0 - weight) * whole + weight * own
+        return mix_deliverable(whole, own, weight)
 
     def raw_logits(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
         """The TF-IDF part of x @ weights for one featurized text (column indices and values), so other heads

@@ -42,7 +42,7 @@ from scipy.optimize import minimize_scalar
 
 from macaron.router.classifier.conversation import Conversation, from_messages, from_text
 from macaron.router.classifier.data import LABELS, Example, find_data_dir, load_jsonl
-from macaron.router.classifier.deliverable import deliverable_sentences
+from macaron.router.classifier.deliverable import deliverable_sentences, mix_deliverable
 from macaron.router.classifier.base_encoder import BaseTuneConfig
 from macaron.router.classifier.encoder_tuning import TuneConfig
 from macaron.router.classifier.features import Bags, analyze
@@ -228,11 +228,6 @@ def fast_logits(model: FastModel, bags: Sequence[Bags], dense: np.ndarray | None
                               texts=[d for _, d in made])
             logits[rows] = mix_deliverable(logits[rows], own, model.deliverable_weight)
     return logits
-
-
-def mix_deliverable(whole: np.ndarray, own: np.ndarray, weight: float) -> np.ndarray:
-    """The whole text's logits mixed with its deliverable sentences' (FastModel.raw_text_logits' batch twin)."""
-    return (1.0 - weight) * whole + weight * own
 
 
 def choose_deliverable_weight(oof: Any, rows: np.ndarray, config: "TrainConfig") -> tuple[float, dict[str, Any]]:
