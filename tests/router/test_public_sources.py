@@ -523,3 +523,44 @@ def test_next_gen_ui_keeps_requests_that_name_a_view_over_the_users_data(tmp_pat
     assert {r["license"] for r in found} == {"Apache-2.0"}
     assert {r["source"].split(":")[0] for r in found} == {"RedHat-UX/next-gen-ui-agent"}
     assert ps.rows(tmp_path) == []  # read and labelled, not in training
+
+
+def test_personality_chat_keeps_small_talk_that_does_not_point_back(tmp_path: Path) -> None:
+    repository = tmp_path / "sempjc" / "BotBuilder-PersonalityChat" / "CSharp" / "Datasets"
+    repository.mkdir(parents=True)
+    header = "Question\tAnswer\tSource\tMetadata\n"
+    (repository / "qna_chitchat_the_friend.tsv").write_text(
+        header + "How old are you?\tI don't really have an age.\tqna_chitchat_the_friend\teditorial:chitchat\n"
+        "Ha\tGlad you're amused.\tqna_chitchat_the_friend\teditorial:chitchat\n"
+        "That's not accurate\tOh, sorry.\tqna_chitchat_the_friend\teditorial:chitchat\n"
+        "Yup, it is true\tGreat.\tqna_chitchat_the_friend\teditorial:chitchat\n", encoding="utf-8")
+    (repository / "qna_chitchat_the_comic.tsv").write_text(
+        header + "How old are you?\tOlder than dirt.\tqna_chitchat_the_comic\teditorial:chitchat\n"
+        "I'm so hungry\tGo get a snack.\tqna_chitchat_the_comic\teditorial:chitchat\n", encoding="utf-8")
+    rows = list(ps.personality_chat(tmp_path / "sempjc" / "BotBuilder-PersonalityChat"))
+    # one- and two-word reactions and turns that point back ("that's", "it") are follow-ups, left out
+    assert sorted({r.text for r in rows}) == ["How old are you?", "I'm so hungry"]
+    assert {r.label for r in rows} == {"chat"}
+    found = ps.rows(tmp_path)
+    assert sorted(r["text"] for r in found) == ["How old are you?", "I'm so hungry"]  # the personas' copies once
+    assert {r["license"] for r in found} == {"MIT"}
+
+
+def test_ui_registry_descriptions_are_the_blocks_and_charts_descriptions(tmp_path: Path) -> None:
+    registry = tmp_path / "shadcn-ui" / "ui" / "apps" / "www" / "registry" / "new-york" / "block"
+    registry.mkdir(parents=True)
+    (registry / "sidebar-07.tsx").write_text(
+        'import { AppSidebar } from "@/components/app-sidebar"\n\n'
+        'export const description = "A sidebar that collapses to icons."\n', encoding="utf-8")
+    (registry / "dashboard-05.tsx").write_text(
+        'export const description =\n  "An orders dashboard with a sidebar navigation. The main area has a list of '
+        'recent orders with a \\"filter\\" and export button."\n', encoding="utf-8")
+    (registry / "chart.tsx").write_text('export const description = "A chart"\n', encoding="utf-8")  # too short
+    rows = list(ps.ui_registry_descriptions(tmp_path / "shadcn-ui" / "ui"))
+    assert {r.text for r in rows} == {
+        "A sidebar that collapses to icons.",
+        'An orders dashboard with a sidebar navigation. The main area has a list of recent orders with a "filter" '
+        "and export button."}
+    assert {r.label for r in rows} == {"ui"}
+    assert {r.path for r in rows} == {"apps/www/registry/new-york/block/sidebar-07.tsx",
+                                      "apps/www/registry/new-york/block/dashboard-05.tsx"}

@@ -20,7 +20,8 @@ Requests come from `train.jsonl`/`dev.jsonl` (each split builds from its own row
 dev set shares no text with training); real follow-ups from `conversations.jsonl` (public
 multi-turn sources, each line with its split, source and license) and a short list of generic
 continuations written for this project. `python -m macaron.router.classifier.multiturn_data`
-rewrites `multiturn_train.jsonl` and `multiturn_dev.jsonl` (fixed seed).
+rewrites `multiturn_train.jsonl` and `multiturn_dev.jsonl` (fixed seed); with `--short-switches-only` it
+redraws only the short switches appended to `multiturn_train.jsonl`.
 """
 
 from __future__ import annotations
@@ -251,5 +252,29 @@ def write(folder: Path = SHIPPED_DATA_DIR) -> dict[str, int]:
     return counts
 
 
+def refresh_short_switches(folder: Path = SHIPPED_DATA_DIR) -> dict[str, int]:
+    """Redraws only the `short_switches` tail of `multiturn_train.jsonl` from the current `train.jsonl`, keeping
+    every line before it. Why: `write` rebuilds every line, so a source added to train.jsonl would replace the
+    whole multi-turn set (and every multi-turn figure measured on it) for the sake of its short requests."""
+    path = folder / "multiturn_train.jsonl"
+    kept = path.read_text(encoding="utf-8").splitlines()[:-SHORT_SWITCHES]
+    tail = short_switches(load_jsonl(folder / "train.jsonl"), seed=200, n=SHORT_SWITCHES)
+    lines = kept + [json.dumps(line, ensure_ascii=False) for line in tail]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return {"train": len(lines), "short_switches": len(tail)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rewrites multiturn_train.jsonl and multiturn_dev.jsonl.")
+    parser.add_argument("--short-switches-only", action="store_true",
+                        help="Redraw only the short-switch lines appended to multiturn_train.jsonl "
+                             "(after a change to train.jsonl), keeping every other line.")
+    args = parser.parse_args(argv)
+    print(refresh_short_switches() if args.short_switches_only else write())
+    return 0
+
+
 if __name__ == "__main__":
-    print(write())
+    raise SystemExit(main())
