@@ -212,6 +212,22 @@ def test_the_shipped_training_conversations_carry_short_switches(routing_data_di
     assert lines[-SHORT_SWITCHES:] == expected
 
 
+def test_refreshing_the_short_switches_keeps_every_other_line(routing_data_dir, tmp_path) -> None:
+    """After a change to train.jsonl, `--short-switches-only` redraws the appended tail and nothing else."""
+    from macaron.router.classifier.multiturn_data import SHORT_SWITCHES, refresh_short_switches, short_switches
+
+    shipped = (routing_data_dir / "multiturn_train.jsonl").read_text(encoding="utf-8").splitlines()
+    train_lines = (routing_data_dir / "train.jsonl").read_text(encoding="utf-8").splitlines()[::3]
+    (tmp_path / "train.jsonl").write_text("".join(line + "\n" for line in train_lines), encoding="utf-8")
+    (tmp_path / "multiturn_train.jsonl").write_text("\n".join(shipped) + "\n", encoding="utf-8")
+    assert refresh_short_switches(tmp_path) == {"train": len(shipped), "short_switches": SHORT_SWITCHES}
+    refreshed = (tmp_path / "multiturn_train.jsonl").read_text(encoding="utf-8").splitlines()
+    assert refreshed[:-SHORT_SWITCHES] == shipped[:-SHORT_SWITCHES]
+    expected = short_switches(load_jsonl(tmp_path / "train.jsonl"), seed=200, n=SHORT_SWITCHES)
+    assert [json.loads(line) for line in refreshed[-SHORT_SWITCHES:]] == expected
+    assert refreshed[-SHORT_SWITCHES:] != shipped[-SHORT_SWITCHES:]  # drawn from the other train.jsonl
+
+
 def test_kind_metrics_report_the_lone_turns_apart() -> None:
     from macaron.router.classifier.turn_training import kind_metrics
 
