@@ -733,8 +733,8 @@ def personality_chat(root: Path) -> Iterator[Row]:
     like computers?", "I'd like to take you out on a date"): a second source of what chatterbot-corpus alone
     represented (held out, it was read right 0.75 of the time). Queries of one or two words ("Ha", "Kthx",
     "Hello") and those that point back ("Yup, that's true": `turns.refers_back`) are left out: in a session
-    they are follow-ups that should stay, and alone they name no specialist. The three
-    personas share their queries; each distinct query is one unit."""
+    they are follow-ups that should stay, and alone they name no specialist. The three personas share their
+    queries; each distinct query is one unit."""
     for name in PERSONALITY_CHAT_FILES:
         path = root / name
         if not path.is_file():
@@ -742,8 +742,9 @@ def personality_chat(root: Path) -> Iterator[Row]:
         reader = csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig")), delimiter="\t")
         for record in reader:
             text = _clean(record[0]) if record else ""
-            if text and text != "Question" and len(text.split()) >= 3 and not refers_back(_CONTRACTION.sub("", text)):
-                yield Row(text, "chat", name, text.lower())
+            if text == "Question" or len(text.split()) < 3 or refers_back(_CONTRACTION.sub("", text)):
+                continue
+            yield Row(text, "chat", name, text.lower())
 
 
 # --- real follow-ups in conversations with a general assistant (`chat`, a few `code`) ----------------
