@@ -525,7 +525,7 @@ def test_next_gen_ui_keeps_requests_that_name_a_view_over_the_users_data(tmp_pat
     assert ps.rows(tmp_path) == []  # read and labelled, not in training
 
 
-def test_personality_chat_keeps_small_talk_that_does_not_point_back(tmp_path: Path) -> None:
+def test_personality_chat_keeps_small_talk_that_neither_points_back_nor_speaks_of_the_user(tmp_path: Path) -> None:
     repository = tmp_path / "sempjc" / "BotBuilder-PersonalityChat" / "CSharp" / "Datasets"
     repository.mkdir(parents=True)
     header = "Question\tAnswer\tSource\tMetadata\n"
@@ -536,13 +536,16 @@ def test_personality_chat_keeps_small_talk_that_does_not_point_back(tmp_path: Pa
         "Yup, it is true\tGreat.\tqna_chitchat_the_friend\teditorial:chitchat\n", encoding="utf-8")
     (repository / "qna_chitchat_the_comic.tsv").write_text(
         header + "How old are you?\tOlder than dirt.\tqna_chitchat_the_comic\teditorial:chitchat\n"
-        "I'm so hungry\tGo get a snack.\tqna_chitchat_the_comic\teditorial:chitchat\n", encoding="utf-8")
+        "I'm so hungry\tGo get a snack.\tqna_chitchat_the_comic\teditorial:chitchat\n"
+        "My sincere thanks\tYou're welcome.\tqna_chitchat_the_comic\teditorial:chitchat\n"
+        "Do you like computers?\tVery much.\tqna_chitchat_the_comic\teditorial:chitchat\n", encoding="utf-8")
     rows = list(ps.personality_chat(tmp_path / "sempjc" / "BotBuilder-PersonalityChat"))
-    # one- and two-word reactions and turns that point back ("that's", "it") are follow-ups, left out
-    assert sorted({r.text for r in rows}) == ["How old are you?", "I'm so hungry"]
+    # one- and two-word reactions and turns that point back ("that's", "it") are follow-ups, left out; what
+    # the user says of themselves ("I'm so hungry") is a personal agent's task, left out too
+    assert sorted({r.text for r in rows}) == ["Do you like computers?", "How old are you?"]
     assert {r.label for r in rows} == {"chat"}
     found = ps.rows(tmp_path)
-    assert sorted(r["text"] for r in found) == ["How old are you?", "I'm so hungry"]  # the personas' copies once
+    assert sorted(r["text"] for r in found) == ["Do you like computers?", "How old are you?"]  # copies once
     assert {r["license"] for r in found} == {"MIT"}
 
 
