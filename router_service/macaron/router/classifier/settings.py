@@ -24,9 +24,10 @@ class ClassifierSettings(BaseModel):
         True,
         description="Where an artifact carries the base model as a second escalation encoder (trained by `macaron "
         "router train`), ask it too for a single request that the fast path pooled with MiniLM leaves under the "
-        "artifact's threshold (0.6 in the shipped artifact: 4.5 % of unseen requests, 1.3 % of dev), and pool the "
-        "mean of both encoders. Shipped artifact, classifier README: unseen sources 0.9004 -> 0.9073; one cut "
-        "base-model pass per such request (dev p99 on one core 23 -> 102 ms), about 95 MiB more resident memory.",
+        "artifact's threshold (0.7 in the shipped artifact G: 7.3 % of held-out requests, 5.2 % of external, 2.5 % "
+        "of dev), and pool the mean of both encoders. G, classifier README: unseen sources 0.8985 -> 0.9086; one "
+        "cut base-model pass per such request (dev p99 on one core 23 -> 102 ms, measured with S), about 95 MiB "
+        "more resident memory.",
     )
     base_model_dir: str | None = Field(
         None,
@@ -47,17 +48,18 @@ class ClassifierSettings(BaseModel):
         description="How much the fast path's reading of a request's deliverable sentences (those opening with a verb "
         "of making: '... Build a disruption view with ...') weighs against the whole text's: (1 - w) x whole + w x "
         "theirs; 0 reads the whole text alone. Empty: the weight the artifact's train chose on source hold-out, or, "
-        "for an artifact trained before the mix (the shipped one), `untrained_deliverable_weight`.",
+        "for an artifact trained before the mix (Ys, the previous shipped one), `untrained_deliverable_weight`.",
     )
     untrained_deliverable_weight: float = Field(
         0.5,
         ge=0.0,
         le=1.0,
-        description="The deliverable weight of an artifact trained before the mix (the shipped one). 0.5 is what "
-        "a full train's source hold-out chose for the shipped artifact's own fast model (identical weights): on "
-        "the 2,154 held-out requests with deliverable sentences its fast path went 0.929 -> 0.950; with the shipped "
-        "artifact, external requests 0.940 -> 0.947 (macro-F1 0.907 -> 0.9198), real users 0.883 -> 0.886, external "
-        "conversations' switches 0.859 -> 0.867 (classifier README, 'deliverable sentences'). 0: as it was trained.",
+        description="The deliverable weight of an artifact trained before the mix (Ys, the previous shipped one; "
+        "the shipped G stores its own, 0.5). 0.5 is what a full train's source hold-out chose for Ys's own fast "
+        "model (identical weights): on the 2,154 held-out requests with deliverable sentences its fast path went "
+        "0.929 -> 0.950; with Ys, external requests 0.940 -> 0.947 (macro-F1 0.907 -> 0.9198), real users 0.883 -> "
+        "0.886, external conversations' switches 0.859 -> 0.867 (classifier README, 'deliverable sentences'). 0: as "
+        "it was trained.",
     )
     min_switch_confidence: float = Field(
         0.5,
