@@ -24,8 +24,8 @@ class ClassifierSettings(BaseModel):
         True,
         description="Where an artifact carries the base model as a second escalation encoder (trained by `macaron "
         "router train`), ask it too for a single request that the fast path pooled with MiniLM leaves under the "
-        "artifact's threshold (0.7 in the shipped artifact G: 7.3 % of held-out requests, 5.2 % of external, 2.5 % "
-        "of dev), and pool the mean of both encoders. G, classifier README: unseen sources 0.8985 -> 0.9086; one "
+        "artifact's threshold (0.7 in the shipped artifact G3: 7.3 % of held-out requests, 5.2 % of external, 2.5 % "
+        "of dev), and pool the mean of both encoders. G3, classifier README: unseen sources 0.8985 -> 0.9086; one "
         "cut base-model pass per such request (dev p99 on one core 23 -> 102 ms, measured with S), about 95 MiB "
         "more resident memory.",
     )
@@ -55,7 +55,7 @@ class ClassifierSettings(BaseModel):
         ge=0.0,
         le=1.0,
         description="The deliverable weight of an artifact trained before the mix (Ys, the previous shipped one; "
-        "the shipped G stores its own, 0.5). 0.5 is what a full train's source hold-out chose for Ys's own fast "
+        "the shipped G3 stores its own, 0.5). 0.5 is what a full train's source hold-out chose for Ys's own fast "
         "model (identical weights): on the 2,154 held-out requests with deliverable sentences its fast path went "
         "0.929 -> 0.950; with Ys, external requests 0.940 -> 0.947 (macro-F1 0.907 -> 0.9198), real users 0.883 -> "
         "0.886, external conversations' switches 0.859 -> 0.867 (classifier README, 'deliverable sentences'). 0: as "
