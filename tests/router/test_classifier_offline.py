@@ -93,6 +93,10 @@ SCRIPT = textwrap.dedent(
             messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer},
                         {"role": "user", "content": turn}]
             vague[f"{session}: {turn}"] = clf.classify(messages=messages, session=session).specialist
+    # A sure follow-up that the fast path alone reads near a coin flip (test_turns.py): served, it stays.
+    signup = [{"role": "user", "content": "Build a signup form with email and password fields and a submit button."},
+              {"role": "assistant", "content": "Here it is."}, {"role": "user", "content": "hmm, are you sure?"}]
+    vague["ui: hmm, are you sure?"] = clf.classify(messages=signup, session="ui").specialist
     messages = [{"role": "user", "content": histories["code"][0]}, {"role": "assistant", "content": "def merge..."},
                 {"role": "user", "content": "Remind me to call the dentist at 3pm on Friday"}]
     switch = clf.classify(messages=messages, session="code").specialist

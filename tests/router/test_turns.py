@@ -140,11 +140,13 @@ def test_artifact_written_before_these_features_decides_as_before(fast_classifie
                            fast_classifier.artifact.turn.probabilities(_inputs(0.95)))
 
 
-@pytest.mark.parametrize("follow_up", ["how sure are you about that?", "hmm, are you sure?",
-                                       "can you explain that in more detail?"])
+@pytest.mark.parametrize("follow_up", ["how sure are you about that?", "can you explain that in more detail?"])
 def test_a_sure_follow_up_read_as_chat_stays_in_its_session(fast_classifier, follow_up: str) -> None:
     """Written follow-ups of the dev half (never trained on): the fast model reads them as `chat`, the follow-up
-    model as follow-ups; the previous decision left the `ui` session for `chat` (0.79, 0.63, 0.69)."""
+    model as follow-ups; the previous decision left the `ui` session for `chat` (0.79, 0.69). "hmm, are you sure?"
+    (0.63 then) is read near a coin flip by the fast path alone (`ui` 0.57 with Ys, 0.46 with G, `chat` 0.50 with
+    the shipped G3) and surely once the encoders are loaded (0.86, 0.87, 0.91), so it is held where the router
+    serves it, with the encoders (test_classifier_offline.py)."""
     messages = [{"role": "user", "content": "Build a signup form with email and password fields and a submit button."},
                 {"role": "assistant", "content": "Here it is."},
                 {"role": "user", "content": follow_up}]
