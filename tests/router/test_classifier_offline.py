@@ -27,8 +27,9 @@ EXTERNAL_AMBIGUOUS_STAY_FLOOR = 0.95
 EXTERNAL_CONFIDENT_SWITCH_FLOOR = 0.90
 # Measured on external_real_users.jsonl (Chatbot Arena's real users as Arena-Hard-Auto v2.0 and v0.1 picked them,
 # 1,142 requests labelled by hand: chat 625, code 498, ui 18, agent 1, too few for a recall floor): the shipped
-# artifact (G3) 0.886, recall chat 0.89 / code 0.89 (Ys the same); Y 0.883, recall chat 0.89 / code 0.88; W before it 0.862, 0.86 / 0.87 (writing in other languages
-# read as `agent`); U 0.841, 0.81 / 0.89 (maths in LaTeX read as `code`).
+# artifact (G3) 0.886, recall chat 0.89 / code 0.89 (Ys the same); Y 0.883, recall chat 0.89 / code 0.88; W before
+# it 0.862, 0.86 / 0.87 (writing in other languages read as `agent`); U 0.841, 0.81 / 0.89 (maths in LaTeX read as
+# `code`).
 REAL_USERS_ACCURACY_FLOOR = 0.83
 REAL_USERS_RECALL_FLOOR = 0.80
 
