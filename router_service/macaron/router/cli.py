@@ -49,7 +49,7 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--static-dims", type=int, default=None,
                    help="Static features of the fast path: MiniLM distilled (model2vec) into token vectors of this many "
                    "dimensions; 0 turns them off (default: the training config's).")
-    _add_followup_encoder(p, "the training config's, escalation")
+    _add_followup_encoder(p, "the training config's, both")
     p.add_argument("--full-share-lines", type=int, default=None,
                    help="A repository with fewer lines of a class than this gets its share of the class in proportion; "
                    "0 gives every repository a full share (default: the training config's).")

