@@ -10,6 +10,8 @@ the full run re-trains every fold. External: external.jsonl, prompts of sources 
 routing data reads (all four specialists), and external_multiturn.jsonl, conversations built from them
 (a generative-UI benchmark's real revision turns as stays; switches between every pair of specialists);
 external_real_users.jsonl, real users' requests (Arena-Hard-Auto v2.0 and v0.1, labelled by hand; a fifth not in English).
+followup_panel.jsonl: a written panel of vague follow-ups after a real answer (`panel_stay`) and short requests
+for another specialist in a session (`panel_switch`).
 Latency: per decision on this thread, pinned to one core with torch on one thread; the embedding model is
 loaded before timing. Multi-turn: multiturn_dev.jsonl (stay / continue / switch / tool loop) through the
 same classifier, with the session's specialist; `multiturn_switch_confident` is the switches whose new turn
@@ -118,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     if external_turns:
         log(f"external multi-turn: stay {external_turns.get('stay')} (ambiguous {external_turns.get('stay_ambiguous')}), "
             f"switch {external_turns.get('switch')} (confident {external_turns.get('switch_confident')})")
+    panel_path = data_dir / "followup_panel.jsonl"
+    panel: dict = evaluate(classifier, load_jsonl(panel_path)).get("multiturn", {}) if panel_path.is_file() else {}
+    if panel:
+        log(f"written follow-up panel: stay {panel.get('stay')}, switch {panel.get('switch')}")
 
     passes = args.passes or (1 if args.quick else 3)
     n = 0
@@ -215,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         "external_multiturn_switch": external_turns.get("switch"),
         "external_multiturn_switch_confident": external_turns.get("switch_confident"),
         "external_multiturn_stay_ambiguous": external_turns.get("stay_ambiguous"),
+        "panel_stay": panel.get("stay"),
+        "panel_switch": panel.get("switch"),
         "dev_escalation_rate": result["escalation_rate"],
         "dev_second_encoder_rate": result["second_encoder_rate"],
         "external_second_encoder_rate": external.get("second_encoder_rate"),
