@@ -567,3 +567,26 @@ def test_ui_registry_descriptions_are_the_blocks_and_charts_descriptions(tmp_pat
     assert {r.label for r in rows} == {"ui"}
     assert {r.path for r in rows} == {"apps/www/registry/new-york/block/sidebar-07.tsx",
                                       "apps/www/registry/new-york/block/dashboard-05.tsx"}
+
+
+def test_sysadmin_questions_keep_what_a_system_or_tool_does_and_leave_out_the_candidates_story(tmp_path: Path) -> None:
+    book = tmp_path / "trimstray" / "test-your-sysadmin-skills"
+    book.mkdir(parents=True)
+    (book / "README.md").write_text(
+        "- <b>What did you learn this week?</b>\n"  # the introduction's bullets are not summaries
+        "<details>\n<summary><b>What does <code>kill</code> command do?</b></summary><br>\n"
+        "Sends a signal to a process.\n</details>\n"
+        "<summary><b>How do I <code>grep</code> recursively? Explain on several examples. ***</b></summary>\n"
+        "<summary><b>What is your favorite shell and why?</b></summary><br>\n"
+        "<summary><b>Tell me about the last outage you handled.</b></summary><br>\n"
+        "<summary><b>What is the difference between a VLAN and a subnet?</b></summary><br>\n"
+        "<summary><b>Why?</b></summary><br>\n", encoding="utf-8")
+    rows = list(ps.sysadmin_questions(book))
+    assert [r.text for r in rows] == [
+        "What does kill command do?", "How do I grep recursively? Explain on several examples.",
+        "What is the difference between a VLAN and a subnet?"]
+    assert {r.label for r in rows} == {"code"} and len({r.unit for r in rows}) == 3
+    found = ps.rows(tmp_path, (ps.SYSADMIN,))
+    assert {r["license"] for r in found} == {"MIT"}
+    assert {r["source"] for r in found} == {"trimstray/test-your-sysadmin-skills:README.md"}
+    assert ps.rows(tmp_path) == []  # read and labelled, not in training

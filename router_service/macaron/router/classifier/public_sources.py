@@ -448,6 +448,32 @@ def ui_registry_descriptions(root: Path) -> Iterator[Row]:
                     yield Row(text, "ui", str(path.relative_to(root)), text.lower())
 
 
+# --- conceptual questions about systems and tools (`code`) ---------------------------------------
+
+# Short questions about what a command, a protocol or a system does ("What does `kill` command do?", "What is load
+# average?", "What is the difference between a VLAN and a subnet?") go to `chat` at 0.9 and more: every `code`
+# source in training asks for a program or a command, and "what is / what does" questions are `chat` in the rest
+# of the data. A sysadmin interview book's questions are a source of them; the ones that ask for the candidate's
+# own taste or story ("What is your favorite shell and why?", "Tell me about ...") are left out.
+SYSADMIN_BOOK = "README.md"
+_SUMMARY_QUESTION = re.compile(r"<summary><b>(.+?)</b></summary>")
+_MARKUP = re.compile(r"</?(?:code|b|i|em|strong|kbd)>")
+_ABOUT_THE_CANDIDATE = re.compile(
+    r"\byour (?:favou?rite|best|first|own)\b|\btell me\b|\bdraw me\b|\bin your (?:opinion|experience)\b|"
+    r"\bhave you\b|\bwould you (?:like|choose|prefer)\b", re.IGNORECASE)
+
+
+def sysadmin_questions(root: Path) -> Iterator[Row]:
+    """The book's questions (each `<summary>` line), markup and difficulty stars removed; one unit per question."""
+    for line in (root / SYSADMIN_BOOK).read_text(encoding="utf-8").splitlines():
+        match = _SUMMARY_QUESTION.search(line)
+        if not match:
+            continue
+        text = _clean(html.unescape(_MARKUP.sub("", match.group(1))).replace("***", ""))
+        if 3 <= len(text.split()) <= 40 and not _ABOUT_THE_CANDIDATE.search(text):
+            yield Row(text, "code", SYSADMIN_BOOK, text.lower())
+
+
 # --- multi-turn generative-UI tasks (`ui`) --------------------------------------------------------
 
 # EvoGenUI-Bench's tasks each build one interface, then revise it over four more turns. Its interactive
@@ -872,10 +898,17 @@ ARENA_HARD = Source("lmarena/arena-hard-auto", "196f6b826783b3da7310e361a805fa36
 
 # Read and labelled, not in SOURCES: requests for a chart, a table or cards over the user's own data, which Y sends to
 # `code` or `agent`. Trained on (Z), they came right, but vague follow-ups ("what do you mean?") then left their
-# session for `chat` (classifier README, "Measured, not shipped: views over the user's own data (Z)");
-# `rows(root, (NEXT_GEN_UI,))` builds its lines.
+# session for `chat` (classifier README, "Measured, not shipped: views over the user's own data (Z)"). Trained on
+# again with SYSADMIN below and the follow-up model on both encoders (H), measured, not shipped yet (classifier
+# README, "H"); `rows(root, (NEXT_GEN_UI, SYSADMIN))` builds their lines, after every line of SOURCES.
 NEXT_GEN_UI = Source("RedHat-UX/next-gen-ui-agent", "6c518ec261701981280464d04dadcd26aa610b93", "Apache-2.0",
                      next_gen_ui, 100)
+
+
+# Read and labelled, not in SOURCES: a sysadmin interview book's questions (`sysadmin_questions`), `code`; in H's
+# train with NEXT_GEN_UI (classifier README, "H").
+SYSADMIN = Source("trimstray/test-your-sysadmin-skills", "d566322e4f6a656fb835bf34712a67db269d5f2d", "MIT",
+                  sysadmin_questions, 300)
 
 
 def _unit_split(source: Source, unit: str) -> str:
