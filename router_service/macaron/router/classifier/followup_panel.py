@@ -120,10 +120,12 @@ def build() -> list[dict[str, Any]]:
 
 
 def render() -> str:
+    """The file's text, one JSON line per panel line: what `write` stores and the staleness test compares."""
     return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in build())
 
 
 def write(data_dir: str | Path | None = None) -> Path:
+    """Rewrites the panel in the routing data folder (default: the shipped one); returns its path."""
     path = find_data_dir(data_dir) / FILE_NAME
     path.write_text(render(), encoding="utf-8")
     return path
